@@ -1,0 +1,305 @@
+//! The three dialects: how a string splits into words, which strings are valid, and the parsed
+//! forms ([`Pattern`], [`Topic`]) that every matcher shares, so no matcher splits or validates
+//! strings on its own.
+//!
+//! | | AMQP 0-9-1 | MQTT 3.1.1 / 5 | NATS |
+//! |---|---|---|---|
+//! | separator | `.` | `/` | `.` |
+//! | one word | `*` | `+` | `*` |
+//! | many words | `#`: zero or more, anywhere, any number of times | `#`: zero or more, last level only | `>`: one or more, last token only |
+//! | wildcard inside a word | literal | invalid filter | literal |
+//! | empty words | legal | legal | invalid |
+//! | empty topic | zero words | invalid | invalid |
+//! | `$` topics | nothing special | not matched by a first-level `+` or `#` | nothing special |
+//! | wildcards in a topic | literal words | invalid | invalid |
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Invalid, Result};
+
+/// The longest MQTT topic or filter: its strings carry a two-byte length prefix.
+pub const MQTT_MAX_BYTES: usize = 65_535;
+
+/// A topic-matching dialect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dialect {
+    /// AMQP 0-9-1 topic exchange (RabbitMQ, Qpid).
+    #[default]
+    Amqp,
+    /// MQTT 3.1.1 and 5 topic filters (mosquitto, EMQX, paho).
+    Mqtt,
+    /// NATS subjects (nats-server sublist).
+    Nats,
+}
+
+/// One word of a parsed pattern.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Token {
+    /// A literal word, compared byte for byte.
+    Word(Box<str>),
+    /// Exactly one word: AMQP and NATS `*`, MQTT `+`.
+    One,
+    /// Many words: AMQP and MQTT `#` (zero or more), NATS `>` (one or more); see
+    /// [`Dialect::many_min`].
+    Many,
+}
+
+impl Dialect {
+    /// Every dialect, for tests and tools that iterate over them.
+    pub const ALL: [Dialect; 3] = [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats];
+
+    /// The dialect's lower-case name, as Python spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Amqp => "amqp",
+            Dialect::Mqtt => "mqtt",
+            Dialect::Nats => "nats",
+        }
+    }
+
+    /// The byte that separates words.
+    pub fn separator(self) -> u8 {
+        match self {
+            Dialect::Mqtt => b'/',
+            Dialect::Amqp | Dialect::Nats => b'.',
+        }
+    }
+
+    /// The word that stands for exactly one word.
+    pub fn one_word(self) -> &'static str {
+        match self {
+            Dialect::Mqtt => "+",
+            Dialect::Amqp | Dialect::Nats => "*",
+        }
+    }
+
+    /// The word that stands for many words.
+    pub fn many_words(self) -> &'static str {
+        match self {
+            Dialect::Nats => ">",
+            Dialect::Amqp | Dialect::Mqtt => "#",
+        }
+    }
+
+    /// The fewest words that [`Token::Many`] matches: 0 for `#`, 1 for NATS `>`.
+    pub fn many_min(self) -> usize {
+        match self {
+            Dialect::Nats => 1,
+            Dialect::Amqp | Dialect::Mqtt => 0,
+        }
+    }
+
+    /// Whether the MQTT rule applies: a topic whose first level starts with `$` is not matched
+    /// by a filter whose first level is a wildcard.
+    pub fn has_dollar_rule(self) -> bool {
+        self == Dialect::Mqtt
+    }
+
+    /// Splits `text` into words. AMQP's empty string is zero words; everywhere else the empty
+    /// string between two separators is an (empty) word.
+    fn split(self, text: &str) -> impl Iterator<Item = (usize, &str)> {
+        let sep = self.separator() as char;
+        let empty_amqp = self == Dialect::Amqp && text.is_empty();
+        let mut offset = 0;
+        text.split(sep).filter(move |_| !empty_amqp).map(move |w| {
+            let at = offset;
+            offset += w.len() + 1;
+            (at, w)
+        })
+    }
+
+    /// Checks what every word of a string must satisfy in this dialect, pattern or topic.
+    fn check_common(self, text: &str, make: fn(Invalid) -> Error) -> Result<()> {
+        let fail = |at: usize, why: &str| Err(make(Invalid::new(Some(self), text, at, why)));
+        match self {
+            Dialect::Amqp => {}
+            Dialect::Mqtt => {
+                if text.is_empty() {
+                    return fail(0, "MQTT topics and filters are at least one character long");
+                }
+                if text.len() > MQTT_MAX_BYTES {
+                    return fail(MQTT_MAX_BYTES, "longer than MQTT's 65,535 bytes");
+                }
+                if let Some(at) = text.bytes().position(|b| b == 0) {
+                    return fail(at, "MQTT forbids the NUL character");
+                }
+            }
+            Dialect::Nats => {
+                if text.is_empty() {
+                    return fail(0, "a NATS subject is at least one token");
+                }
+                if let Some(at) = text.bytes().position(|b| b" \t\r\n\x0c".contains(&b)) {
+                    return fail(at, "NATS subjects contain no white space");
+                }
+                for (at, word) in self.split(text) {
+                    if word.is_empty() {
+                        return fail(at, "NATS subjects have no empty tokens");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and validates a subscription pattern.
+    pub fn parse_pattern(self, text: &str) -> Result<Pattern> {
+        self.check_common(text, Error::InvalidPattern)?;
+        let fail = |at: usize, why: &str| {
+            Err(Error::InvalidPattern(Invalid::new(
+                Some(self),
+                text,
+                at,
+                why,
+            )))
+        };
+        let (one, many) = (self.one_word(), self.many_words());
+        let mut tokens = Vec::new();
+        let mut words = self.split(text).peekable();
+        while let Some((at, word)) = words.next() {
+            let last = words.peek().is_none();
+            let token = if word == one {
+                Token::One
+            } else if word == many {
+                if self != Dialect::Amqp && !last {
+                    return fail(at, "the multi-level wildcard must be the last word");
+                }
+                Token::Many
+            } else {
+                if self == Dialect::Mqtt {
+                    if let Some(i) = word.find(['+', '#']) {
+                        return fail(at + i, "a wildcard must occupy a whole level");
+                    }
+                }
+                Token::Word(word.into())
+            };
+            tokens.push(token);
+        }
+        Ok(Pattern {
+            dialect: self,
+            text: text.into(),
+            tokens,
+        })
+    }
+
+    /// Parses and validates a message topic.
+    pub fn parse_topic(self, text: &str) -> Result<Topic<'_>> {
+        self.check_common(text, Error::InvalidTopic)?;
+        let fail = |at: usize, why: &str| {
+            Err(Error::InvalidTopic(Invalid::new(Some(self), text, at, why)))
+        };
+        match self {
+            Dialect::Amqp => {}
+            Dialect::Mqtt => {
+                if let Some(at) = text.find(['+', '#']) {
+                    return fail(at, "MQTT topic names contain no wildcards");
+                }
+            }
+            Dialect::Nats => {
+                for (at, word) in self.split(text) {
+                    if word == "*" || word == ">" {
+                        return fail(at, "a NATS subject to publish to contains no wildcards");
+                    }
+                }
+            }
+        }
+        let words: Vec<&str> = self.split(text).map(|(_, w)| w).collect();
+        let dollar = self.has_dollar_rule() && words.first().is_some_and(|w| w.starts_with('$'));
+        Ok(Topic {
+            dialect: self,
+            text,
+            words,
+            dollar,
+        })
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Dialect {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "amqp" => Ok(Dialect::Amqp),
+            "mqtt" => Ok(Dialect::Mqtt),
+            "nats" => Ok(Dialect::Nats),
+            _ => Err(Error::UnknownDialect(s.to_owned())),
+        }
+    }
+}
+
+/// A validated subscription pattern: its text and its words.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    dialect: Dialect,
+    text: Box<str>,
+    tokens: Vec<Token>,
+}
+
+impl Pattern {
+    /// Parses `text` in `dialect`; see [`Dialect::parse_pattern`].
+    pub fn parse(dialect: Dialect, text: &str) -> Result<Self> {
+        dialect.parse_pattern(text)
+    }
+
+    /// The dialect the pattern was parsed in.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The pattern as written.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The pattern's words.
+    pub fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
+    /// Whether the pattern holds no wildcard, so matches exactly one topic.
+    pub fn is_literal(&self) -> bool {
+        self.tokens.iter().all(|t| matches!(t, Token::Word(_)))
+    }
+}
+
+/// A validated message topic, borrowing the words of its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topic<'a> {
+    dialect: Dialect,
+    text: &'a str,
+    words: Vec<&'a str>,
+    dollar: bool,
+}
+
+impl<'a> Topic<'a> {
+    /// Parses `text` in `dialect`; see [`Dialect::parse_topic`].
+    pub fn parse(dialect: Dialect, text: &'a str) -> Result<Self> {
+        dialect.parse_topic(text)
+    }
+
+    /// The dialect the topic was parsed in.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The topic as written.
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// The topic's words.
+    pub fn words(&self) -> &[&'a str] {
+        &self.words
+    }
+
+    /// Whether first-level wildcards must not match this topic (MQTT `$` topics).
+    pub fn is_dollar(&self) -> bool {
+        self.dollar
+    }
+}

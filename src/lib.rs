@@ -1,0 +1,40 @@
+//! Fast, concurrent topic matching for AMQP, MQTT and NATS subscriptions.
+//!
+//! A [`Matcher`] holds `(pattern, subscriber)` pairs and answers, for a message topic, which
+//! subscribers want it. Every matcher implements the same trait and the same semantics, defined
+//! once in [`reference`]; they differ in how they trade memory, write cost and lookup cost:
+//!
+//! | matcher | technique |
+//! |---|---|
+//! | [`NaiveMatcher`] | scans every pattern: the oracle and the baseline |
+//! | [`Trie`] | word trie behind one `RwLock` (RabbitMQ, ZeroMQ, NATS sublist) |
+//!
+//! ```
+//! use topicmatch::{Dialect, Matcher, Trie};
+//!
+//! let m = Trie::new(Dialect::Mqtt);
+//! m.subscribe_str("sensors/+/temp", 1).unwrap();
+//! m.subscribe_str("sensors/#", 2).unwrap();
+//! let mut ids = m.lookup_str("sensors/1/temp").unwrap();
+//! ids.sort();
+//! assert_eq!(ids, vec![1, 2]);
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod dialect;
+pub mod error;
+pub mod matcher;
+pub mod naive;
+pub mod reference;
+pub mod trie;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use dialect::{Dialect, Pattern, Token, Topic};
+pub use error::{Error, Invalid, Result};
+pub use matcher::{Matcher, SubscriberId};
+pub use naive::NaiveMatcher;
+pub use reference::matches;
+pub use trie::Trie;

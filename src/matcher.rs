@@ -1,0 +1,92 @@
+//! The one trait every topic matcher implements, so every test runs against every matcher.
+
+use crate::dialect::{Dialect, Pattern, Topic};
+use crate::error::Result;
+
+/// A subscriber as the core knows it: a small integer. The Python binding maps objects to ids.
+pub type SubscriberId = u32;
+
+/// A set of `(pattern, subscriber)` pairs that answers "who wants this topic?".
+///
+/// Every method takes `&self`: matchers are shared between threads and synchronise inside.
+/// Patterns and topics must be of the matcher's dialect; mixing dialects is a programming error
+/// and panics.
+pub trait Matcher: Send + Sync {
+    /// The dialect of every pattern and topic this matcher takes.
+    fn dialect(&self) -> Dialect;
+
+    /// Adds the pair; `true` if it was not there.
+    fn subscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool;
+
+    /// Removes the pair; `true` if it was there.
+    fn unsubscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool;
+
+    /// Appends to `out` every subscriber with a pattern that matches `topic`, each once, in no
+    /// particular order.
+    fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>);
+
+    /// Removes every pair of `id`; returns how many there were.
+    fn remove_subscriber(&self, id: SubscriberId) -> usize;
+
+    /// The number of `(pattern, subscriber)` pairs.
+    fn len(&self) -> usize;
+
+    /// Every `(pattern, subscriber)` pair, in no particular order.
+    fn subscriptions(&self) -> Vec<(String, SubscriberId)>;
+
+    /// Whether there are no pairs.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The subscribers that want `topic`, each once.
+    fn lookup(&self, topic: &Topic<'_>) -> Vec<SubscriberId> {
+        let mut out = Vec::new();
+        self.lookup_into(topic, &mut out);
+        out
+    }
+
+    /// Parses `pattern` and subscribes `id` to it.
+    fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        Ok(self.subscribe(&self.dialect().parse_pattern(pattern)?, id))
+    }
+
+    /// Parses `pattern` and unsubscribes `id` from it.
+    fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        Ok(self.unsubscribe(&self.dialect().parse_pattern(pattern)?, id))
+    }
+
+    /// Parses `topic` and looks it up.
+    fn lookup_str(&self, topic: &str) -> Result<Vec<SubscriberId>> {
+        Ok(self.lookup(&self.dialect().parse_topic(topic)?))
+    }
+}
+
+/// Sorts and deduplicates `out[start..]`, for matchers that can reach a subscriber twice.
+pub(crate) fn dedup_from(out: &mut Vec<SubscriberId>, start: usize) {
+    let tail = &mut out[start..];
+    if tail.len() < 2 {
+        return;
+    }
+    tail.sort_unstable();
+    let mut keep = start + 1;
+    for i in start + 1..out.len() {
+        if out[i] != out[keep - 1] {
+            out[keep] = out[i];
+            keep += 1;
+        }
+    }
+    out.truncate(keep);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dedup_from;
+
+    #[test]
+    fn dedup_from_keeps_the_prefix() {
+        let mut v = vec![9, 9, 3, 1, 3, 2, 1];
+        dedup_from(&mut v, 2);
+        assert_eq!(v, vec![9, 9, 1, 2, 3]);
+    }
+}

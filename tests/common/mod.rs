@@ -1,0 +1,123 @@
+//! Shared by the integration tests: random workloads in every dialect, and a driver that runs
+//! one against any matcher and the naive oracle side by side.
+#![allow(dead_code)]
+
+use proptest::prelude::*;
+use topicmatch::{Dialect, Matcher, NaiveMatcher, SubscriberId};
+
+/// A small alphabet so that random patterns and topics collide often; it holds the empty word,
+/// a `$` word and words that look like wildcards.
+pub fn alphabet(d: Dialect) -> Vec<&'static str> {
+    match d {
+        Dialect::Amqp => vec!["a", "b", "c", "", "$s", "a*", "x#"],
+        Dialect::Mqtt => vec!["a", "b", "c", "", "$s", "ab"],
+        Dialect::Nats => vec!["a", "b", "c", "$s", "a*", "b>"],
+    }
+}
+
+fn join(d: Dialect, words: Vec<String>) -> String {
+    words.join(&(d.separator() as char).to_string())
+}
+
+/// Random patterns of up to 6 words; `#`/`>` anywhere for AMQP, last for the others.
+pub fn pattern(d: Dialect) -> impl Strategy<Value = String> {
+    let mut choices: Vec<String> = alphabet(d).into_iter().map(String::from).collect();
+    choices.push(d.one_word().into());
+    choices.push(d.one_word().into());
+    if d == Dialect::Amqp {
+        choices.push("#".into());
+        choices.push("#".into());
+    }
+    let body = prop::collection::vec(prop::sample::select(choices), 0..6);
+    (body, prop::bool::weighted(0.3)).prop_map(move |(mut words, many)| {
+        if many && d != Dialect::Amqp {
+            words.push(d.many_words().into());
+        }
+        if words.is_empty() && d != Dialect::Amqp {
+            words.push(d.many_words().into());
+        }
+        join(d, words)
+    })
+}
+
+/// Random topics of up to 7 words.
+pub fn topic(d: Dialect) -> impl Strategy<Value = String> {
+    let words: Vec<String> = alphabet(d).into_iter().map(String::from).collect();
+    let min = if d == Dialect::Amqp { 0 } else { 1 };
+    prop::collection::vec(prop::sample::select(words), min..7).prop_map(move |w| join(d, w))
+}
+
+/// One step of a workload.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Subscribe(String, SubscriberId),
+    Unsubscribe(String, SubscriberId),
+    RemoveSubscriber(SubscriberId),
+    Lookup(String),
+}
+
+/// Random workloads mixing writes and lookups, over a few subscribers.
+pub fn ops(d: Dialect, len: usize) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        4 => (pattern(d), 0..6u32).prop_map(|(p, s)| Op::Subscribe(p, s)),
+        2 => (pattern(d), 0..6u32).prop_map(|(p, s)| Op::Unsubscribe(p, s)),
+        1 => (0..6u32).prop_map(Op::RemoveSubscriber),
+        6 => topic(d).prop_map(Op::Lookup),
+    ];
+    prop::collection::vec(op, 1..len)
+}
+
+fn sorted(mut v: Vec<SubscriberId>) -> Vec<SubscriberId> {
+    v.sort_unstable();
+    v
+}
+
+/// Runs `ops` against `m` and the oracle, failing on the first difference (return values,
+/// lookups, sizes, the final list of pairs). Returns how many lookups were compared.
+pub fn agree_with_oracle(m: &dyn Matcher, ops: &[Op]) -> Result<usize, TestCaseError> {
+    let d = m.dialect();
+    let oracle = NaiveMatcher::new(d);
+    let mut lookups = 0;
+    for op in ops {
+        match op {
+            Op::Subscribe(p, s) => {
+                prop_assert_eq!(
+                    m.subscribe_str(p, *s),
+                    oracle.subscribe_str(p, *s),
+                    "subscribe {:?}",
+                    p
+                )
+            }
+            Op::Unsubscribe(p, s) => prop_assert_eq!(
+                m.unsubscribe_str(p, *s),
+                oracle.unsubscribe_str(p, *s),
+                "unsubscribe {:?}",
+                p
+            ),
+            Op::RemoveSubscriber(s) => {
+                prop_assert_eq!(m.remove_subscriber(*s), oracle.remove_subscriber(*s))
+            }
+            Op::Lookup(t) => {
+                let got = m.lookup_str(t).map(sorted);
+                let want = oracle.lookup_str(t).map(sorted);
+                if let Ok(ids) = &got {
+                    let mut unique = ids.clone();
+                    unique.dedup();
+                    prop_assert_eq!(&unique, ids, "duplicates in lookup of {:?}", t);
+                }
+                prop_assert_eq!(got, want, "lookup {:?} ({})", t, d);
+                lookups += 1;
+            }
+        }
+        prop_assert_eq!(m.len(), oracle.len());
+    }
+    let mut got = m.subscriptions();
+    let mut want = oracle.subscriptions();
+    got.sort();
+    want.sort();
+    prop_assert_eq!(got, want);
+    Ok(lookups)
+}
+
+/// A factory for a matcher under test.
+pub type Factory = fn(Dialect) -> Box<dyn Matcher>;
