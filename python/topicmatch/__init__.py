@@ -1,0 +1,31 @@
+"""Fast, concurrent topic matching for AMQP, MQTT and NATS subscriptions.
+
+Every matcher has the same API and the same semantics::
+
+    import topicmatch as tm
+
+    m = tm.Trie(dialect="mqtt")
+    m.subscribe("sensors/+/temp", "alice")
+    m.lookup("sensors/1/temp")   # ['alice']
+"""
+
+from topicmatch._core import (
+    InvalidPattern,
+    InvalidTopic,
+    NaiveMatcher,
+    Trie,
+    __version__,
+    matches,
+)
+
+DIALECTS = ("amqp", "mqtt", "nats")
+
+__all__ = [
+    "DIALECTS",
+    "InvalidPattern",
+    "InvalidTopic",
+    "NaiveMatcher",
+    "Trie",
+    "__version__",
+    "matches",
+]

@@ -1,0 +1,114 @@
+//! The Python topic matcher classes. Each is a frozen wrapper over a [`TopicIndex`]; the
+//! methods are the same on every class, so one macro writes them.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use super::topic_index::{parse_dialect, TopicIndex};
+use crate::{Matcher, NaiveMatcher, Trie};
+
+/// Declares a `#[pyclass]` named `$name` over the core type `$core`, with the API of
+/// DESIGN.md. `$scan` says whether a single lookup's cost grows with the matcher's size.
+macro_rules! topic_matcher_class {
+    ($py_type:ident, $name:literal, $core:ty, scan = $scan:expr, doc = $doc:literal) => {
+        #[doc = $doc]
+        #[pyclass(name = $name, module = "topicmatch._core", frozen)]
+        pub(crate) struct $py_type {
+            inner: TopicIndex<$core>,
+        }
+
+        #[pymethods]
+        impl $py_type {
+            #[new]
+            #[pyo3(signature = (dialect = "amqp", subscriptions = None))]
+            fn new(
+                py: Python<'_>,
+                dialect: &str,
+                subscriptions: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<Self> {
+                let inner = TopicIndex::new(py, <$core>::new(parse_dialect(dialect)?), $scan);
+                if let Some(pairs) = subscriptions {
+                    inner.subscribe_many(pairs)?;
+                }
+                Ok($py_type { inner })
+            }
+
+            /// The dialect's name: "amqp", "mqtt" or "nats".
+            #[getter]
+            fn dialect(&self) -> &'static str {
+                self.inner.core.dialect().name()
+            }
+
+            /// Subscribes `subscriber` to `pattern`; True if the pair is new.
+            fn subscribe(
+                &self,
+                pattern: &Bound<'_, PyAny>,
+                subscriber: &Bound<'_, PyAny>,
+            ) -> PyResult<bool> {
+                self.inner.subscribe(pattern, subscriber)
+            }
+
+            /// Subscribes every (pattern, subscriber) pair; returns how many were new.
+            fn subscribe_many(&self, subscriptions: &Bound<'_, PyAny>) -> PyResult<usize> {
+                self.inner.subscribe_many(subscriptions)
+            }
+
+            /// Removes the pair; True if it was there.
+            fn unsubscribe(
+                &self,
+                pattern: &Bound<'_, PyAny>,
+                subscriber: &Bound<'_, PyAny>,
+            ) -> PyResult<bool> {
+                self.inner.unsubscribe(pattern, subscriber)
+            }
+
+            /// Removes every pattern of `subscriber`; returns how many.
+            fn remove_subscriber(&self, subscriber: &Bound<'_, PyAny>) -> PyResult<usize> {
+                self.inner.remove_subscriber(subscriber)
+            }
+
+            /// The subscribers whose patterns match `topic`, each once.
+            fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+                self.inner.lookup(topic)
+            }
+
+            /// One list of subscribers per topic, computed with the GIL released.
+            fn lookup_many<'py>(&self, topics: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+                self.inner.lookup_many(topics)
+            }
+
+            /// Every (pattern, subscriber) pair.
+            fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+                self.inner.subscriptions(py)
+            }
+
+            fn __len__(&self) -> usize {
+                self.inner.len()
+            }
+
+            fn __repr__(&self) -> String {
+                self.inner.repr($name)
+            }
+
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+                slf.get().inner.reduce(slf.as_any())
+            }
+        }
+    };
+}
+
+topic_matcher_class!(
+    NaiveMatcherPy,
+    "NaiveMatcher",
+    NaiveMatcher,
+    scan = true,
+    doc = "Tests every pattern on every lookup: the oracle and the baseline."
+);
+
+topic_matcher_class!(
+    TriePy,
+    "Trie",
+    Trie,
+    scan = false,
+    doc = "A word trie behind one reader-writer lock (RabbitMQ, ZeroMQ, NATS sublist)."
+);

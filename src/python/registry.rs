@@ -1,0 +1,205 @@
+//! Python subscribers to core ids and back.
+//!
+//! The core stores `u32` ids; Python callers pass any hashable object. The registry maps an
+//! object to its id with a Python `dict` (so hashing and equality are Python's own) and an id
+//! back to its object with a table read on every lookup. Each id counts the pairs that use it;
+//! an id whose count falls to zero is released, and its number is reused later.
+//!
+//! Reuse is where the care goes. A lookup reads ids from the core and then turns them into
+//! objects; if an id were released and handed to another subscriber in between, the lookup
+//! would return a subscriber that never subscribed. So:
+//!
+//! 1. every lookup converts its ids while pinned to a crossbeam-epoch guard, and a released id
+//!    is returned to the free list only by a function deferred on that epoch: it cannot be
+//!    reused until every lookup that might have read it has finished;
+//! 2. while a snapshot that shares the registry is alive, released ids keep their objects
+//!    (the snapshot may still hold them) and wait in `pending` until the last snapshot goes.
+//!
+//! Locks: `slots` is taken with `lock_py_attached`, which detaches from the interpreter while it
+//! waits, because the `dict` calls made under it can run Python code (`__hash__`, `__eq__`).
+//! `objects` is held only for reads and writes of the table, never across Python code.
+
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::PyDict;
+
+use crate::matcher::SubscriberId;
+
+#[derive(Default)]
+struct Slots {
+    /// Pairs (and in-flight subscribes) using each id; 0 for a free id.
+    counts: Vec<u32>,
+    /// Ids released while snapshots were alive.
+    pending: Vec<SubscriberId>,
+    /// Live snapshots sharing this registry.
+    snapshots: usize,
+}
+
+/// The object ↔ id maps of one matcher and its snapshots.
+pub(crate) struct Registry {
+    ids: Py<PyDict>,
+    slots: Mutex<Slots>,
+    objects: RwLock<Vec<Option<Py<PyAny>>>>,
+    /// Ids whose epoch has passed: safe to hand out again.
+    free: Arc<Mutex<Vec<SubscriberId>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Registry {
+    pub(crate) fn new(py: Python<'_>) -> Self {
+        Registry {
+            ids: PyDict::new(py).unbind(),
+            slots: Mutex::default(),
+            objects: RwLock::default(),
+            free: Arc::default(),
+        }
+    }
+
+    /// The id of `obj` if it is a subscriber now.
+    pub(crate) fn id_of(&self, obj: &Bound<'_, PyAny>) -> PyResult<Option<SubscriberId>> {
+        let py = obj.py();
+        let _slots = self
+            .slots
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        match self.ids.bind(py).get_item(obj)? {
+            Some(id) => Ok(Some(id.extract()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The id of `obj`, created if needed, with its count raised by one so it cannot be released
+    /// until [`Registry::unpin`] gives the count back or a pair takes it over.
+    pub(crate) fn pin(&self, obj: &Bound<'_, PyAny>) -> PyResult<SubscriberId> {
+        let py = obj.py();
+        obj.hash()?; // unhashable subscribers fail here, with Python's own TypeError
+        let mut slots = self
+            .slots
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        let slots = &mut *slots;
+        let ids = self.ids.bind(py);
+        if let Some(id) = ids.get_item(obj)? {
+            let id: SubscriberId = id.extract()?;
+            slots.counts[id as usize] += 1;
+            return Ok(id);
+        }
+        let id = match lock(&self.free).pop() {
+            Some(id) => id,
+            None => SubscriberId::try_from(slots.counts.len())
+                .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("too many subscribers"))?,
+        };
+        if let Err(e) = ids.set_item(obj, id) {
+            lock(&self.free).push(id);
+            return Err(e);
+        }
+        if id as usize == slots.counts.len() {
+            slots.counts.push(0);
+        }
+        slots.counts[id as usize] = 1;
+        let mut objects = self.objects.write().unwrap_or_else(PoisonError::into_inner);
+        if id as usize >= objects.len() {
+            objects.resize_with(id as usize + 1, || None);
+        }
+        objects[id as usize] = Some(obj.clone().unbind());
+        Ok(id)
+    }
+
+    /// Lowers the count of `id` by `n`, releasing the id when nothing uses it any more.
+    pub(crate) fn unpin(&self, py: Python<'_>, id: SubscriberId, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut slots = self
+            .slots
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = &mut slots.counts[id as usize];
+        *count = count.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
+        if *count == 0 {
+            if slots.snapshots > 0 {
+                slots.pending.push(id);
+            } else {
+                self.release(py, id);
+            }
+        }
+    }
+
+    /// Forgets the object of `id` now and frees the number once no lookup can hold it.
+    /// Caller holds `slots`.
+    fn release(&self, py: Python<'_>, id: SubscriberId) {
+        let obj = self.objects.write().unwrap_or_else(PoisonError::into_inner)[id as usize].take();
+        if let Some(obj) = obj {
+            // The object hashed when it was added; if its hash now fails, it stays in the dict
+            // (unreachable) rather than leaving the registry half-updated.
+            let _ = self.ids.bind(py).del_item(obj.bind(py));
+        }
+        let free = Arc::clone(&self.free);
+        let guard = crossbeam_epoch::pin();
+        guard.defer(move || lock(&free).push(id));
+        // Hand the deferred function to the global queue now, so any thread can run it.
+        guard.flush();
+    }
+
+    /// Records a new snapshot sharing this registry.
+    #[allow(dead_code)] // for CSTrie snapshots
+    pub(crate) fn add_snapshot(&self, py: Python<'_>) {
+        self.slots
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner)
+            .snapshots += 1;
+    }
+
+    /// Records that a snapshot is gone; the last one releases the ids that waited for it.
+    #[allow(dead_code)] // for CSTrie snapshots
+    pub(crate) fn drop_snapshot(&self, py: Python<'_>) {
+        let mut slots = self
+            .slots
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        slots.snapshots -= 1;
+        if slots.snapshots == 0 {
+            for id in std::mem::take(&mut slots.pending) {
+                if slots.counts[id as usize] == 0 {
+                    self.release(py, id);
+                }
+            }
+        }
+    }
+
+    /// Turns ids into their objects. Caller holds an epoch guard taken before the ids were read
+    /// from the core; an id released since then is skipped (its removal came first).
+    pub(crate) fn objects<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &[SubscriberId],
+    ) -> Vec<Bound<'py, PyAny>> {
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        ids.iter()
+            .filter_map(|&id| {
+                objects
+                    .get(id as usize)?
+                    .as_ref()
+                    .map(|o| o.bind(py).clone())
+            })
+            .collect()
+    }
+
+    /// The object of one id, or `None` if it was released. Same guard rule as `objects`.
+    pub(crate) fn object<'py>(
+        &self,
+        py: Python<'py>,
+        id: SubscriberId,
+    ) -> Option<Bound<'py, PyAny>> {
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        objects
+            .get(id as usize)?
+            .as_ref()
+            .map(|o| o.bind(py).clone())
+    }
+}

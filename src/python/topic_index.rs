@@ -1,0 +1,258 @@
+//! What every Python topic matcher class shares: a core [`Matcher`] plus the subscriber
+//! [`Registry`], and the methods of DESIGN.md written once. The classes in `matchers.rs` are
+//! generated from this by `topic_matcher_class!`.
+//!
+//! The GIL rule: a call releases the GIL (`Python::detach`) when its work can be long — a batch
+//! (`lookup_many`, `subscribe_many`), or a lookup on a matcher whose lookup cost grows with its
+//! size. A single lookup on an index is a microsecond: releasing and re-taking the GIL around it
+//! next to a CPU-bound Python thread would wait out the 5 ms switch interval each time (the GIL
+//! convoy), so it keeps the GIL. See BENCHMARKS.md for the measurements behind the thresholds.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use super::errors::{read_only, to_py, InvalidTopic};
+use super::registry::Registry;
+use super::text::{utf8, Kind};
+use crate::dialect::{Dialect, Pattern, Topic};
+use crate::matcher::{Matcher, SubscriberId};
+
+/// Batches of at least this many topics are looked up with the GIL released.
+pub(crate) const DETACH_BATCH: usize = 8;
+
+/// A core matcher and its subscriber registry.
+pub(crate) struct TopicIndex<M> {
+    pub(crate) core: Arc<M>,
+    pub(crate) registry: Arc<Registry>,
+    /// Set on snapshots: every write raises `TypeError`.
+    pub(crate) read_only: bool,
+    /// Whether a single lookup's cost grows with the number of patterns (the naive scan), so
+    /// that it pays to release the GIL around it.
+    pub(crate) scan_lookup: bool,
+}
+
+pub(crate) fn parse_dialect(name: &str) -> PyResult<Dialect> {
+    name.parse().map_err(to_py)
+}
+
+impl<M: Matcher + 'static> TopicIndex<M> {
+    pub(crate) fn new(py: Python<'_>, core: M, scan_lookup: bool) -> Self {
+        TopicIndex {
+            core: Arc::new(core),
+            registry: Arc::new(Registry::new(py)),
+            read_only: false,
+            scan_lookup,
+        }
+    }
+
+    fn writable(&self) -> PyResult<()> {
+        if self.read_only {
+            Err(read_only())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn pattern(&self, pattern: &Bound<'_, PyAny>) -> PyResult<Pattern> {
+        let text = utf8(pattern, Kind::Pattern)?;
+        self.core.dialect().parse_pattern(text).map_err(to_py)
+    }
+
+    pub(crate) fn subscribe(
+        &self,
+        pattern: &Bound<'_, PyAny>,
+        subscriber: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.writable()?;
+        let pattern = self.pattern(pattern)?;
+        let py = subscriber.py();
+        let id = self.registry.pin(subscriber)?;
+        let new = self.core.subscribe(&pattern, id);
+        if !new {
+            self.registry.unpin(py, id, 1);
+        }
+        Ok(new)
+    }
+
+    /// Subscribes many pairs: all patterns are checked before any is added, and the core work
+    /// runs with the GIL released. Returns how many pairs were new.
+    pub(crate) fn subscribe_many(&self, pairs: &Bound<'_, PyAny>) -> PyResult<usize> {
+        self.writable()?;
+        let py = pairs.py();
+        let mut parsed: Vec<(Pattern, Bound<'_, PyAny>)> = Vec::new();
+        for (i, pair) in pairs.try_iter()?.enumerate() {
+            let pair = pair?;
+            let (pattern, subscriber): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                pair.extract().map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "subscriptions[{i}] is not a (pattern, subscriber) pair"
+                    ))
+                })?;
+            let pattern = self.pattern(&pattern).map_err(|e| {
+                PyErr::from_type(
+                    e.get_type(py),
+                    format!("subscriptions[{i}]: {}", e.value(py)),
+                )
+            })?;
+            subscriber.hash()?;
+            parsed.push((pattern, subscriber));
+        }
+        let mut ids = Vec::with_capacity(parsed.len());
+        for (_, subscriber) in &parsed {
+            match self.registry.pin(subscriber) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    for &id in &ids {
+                        self.registry.unpin(py, id, 1);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let (patterns, subscribers): (Vec<Pattern>, Vec<_>) = parsed.into_iter().unzip();
+        drop(subscribers);
+        let core = &self.core;
+        let new: Vec<bool> = py.detach(|| {
+            patterns
+                .iter()
+                .zip(&ids)
+                .map(|(p, &id)| core.subscribe(p, id))
+                .collect()
+        });
+        for (&id, &new) in ids.iter().zip(&new) {
+            if !new {
+                self.registry.unpin(py, id, 1);
+            }
+        }
+        Ok(new.iter().filter(|&&n| n).count())
+    }
+
+    pub(crate) fn unsubscribe(
+        &self,
+        pattern: &Bound<'_, PyAny>,
+        subscriber: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.writable()?;
+        let pattern = self.pattern(pattern)?;
+        let Some(id) = self.registry.id_of(subscriber)? else {
+            return Ok(false);
+        };
+        let removed = self.core.unsubscribe(&pattern, id);
+        if removed {
+            self.registry.unpin(subscriber.py(), id, 1);
+        }
+        Ok(removed)
+    }
+
+    pub(crate) fn remove_subscriber(&self, subscriber: &Bound<'_, PyAny>) -> PyResult<usize> {
+        self.writable()?;
+        let Some(id) = self.registry.id_of(subscriber)? else {
+            return Ok(0);
+        };
+        let py = subscriber.py();
+        let core = &self.core;
+        let n = py.detach(|| core.remove_subscriber(id));
+        self.registry.unpin(py, id, n);
+        Ok(n)
+    }
+
+    pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let py = topic.py();
+        let text = utf8(topic, Kind::Topic)?;
+        let topic = self.core.dialect().parse_topic(text).map_err(to_py)?;
+        let guard = crossbeam_epoch::pin();
+        let ids = if self.scan_lookup {
+            let core = &self.core;
+            py.detach(|| core.lookup(&topic))
+        } else {
+            self.core.lookup(&topic)
+        };
+        let list = PyList::new(py, self.registry.objects(py, &ids));
+        drop(guard);
+        list
+    }
+
+    pub(crate) fn lookup_many<'py>(
+        &self,
+        topics: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = topics.py();
+        let items: Vec<Bound<'py, PyAny>> = topics.try_iter()?.collect::<PyResult<_>>()?;
+        let mut texts = Vec::with_capacity(items.len());
+        for item in &items {
+            texts.push(utf8(item, Kind::Topic)?);
+        }
+        let core = &self.core;
+        let dialect = core.dialect();
+        let run = || -> Result<Vec<Vec<SubscriberId>>, (usize, crate::Error)> {
+            let mut out = Vec::with_capacity(texts.len());
+            for (i, text) in texts.iter().enumerate() {
+                let topic = Topic::parse(dialect, text).map_err(|e| (i, e))?;
+                out.push(core.lookup(&topic));
+            }
+            Ok(out)
+        };
+        let guard = crossbeam_epoch::pin();
+        let results = if texts.len() >= DETACH_BATCH {
+            py.detach(run)
+        } else {
+            run()
+        };
+        let results = results.map_err(|(i, e)| {
+            InvalidTopic::new_err(format!("topics[{i}]: {}", to_py(e).value(py)))
+        })?;
+        let lists = results
+            .iter()
+            .map(|ids| PyList::new(py, self.registry.objects(py, ids)))
+            .collect::<PyResult<Vec<_>>>()?;
+        drop(guard);
+        PyList::new(py, lists)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.core.len()
+    }
+
+    pub(crate) fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let guard = crossbeam_epoch::pin();
+        let core = &self.core;
+        let pairs = py.detach(|| core.subscriptions());
+        let tuples = pairs
+            .iter()
+            .filter_map(|(p, id)| Some((p, self.registry.object(py, *id)?)))
+            .map(|(p, o)| PyTuple::new(py, [p.into_pyobject(py)?.into_any(), o]))
+            .collect::<PyResult<Vec<_>>>()?;
+        drop(guard);
+        PyList::new(py, tuples)
+    }
+
+    pub(crate) fn repr(&self, class: &str) -> String {
+        format!(
+            "{class}(dialect={:?}, subscriptions={}{})",
+            self.core.dialect().name(),
+            self.core.len(),
+            if self.read_only {
+                ", read_only=True"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// `(type, (dialect, pairs))`: pickles by content, so unpickling goes through the
+    /// constructor and never depends on node layout.
+    pub(crate) fn reduce<'py>(&self, slf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let args = (self.core.dialect().name(), self.subscriptions(py)?);
+        PyTuple::new(
+            py,
+            [
+                slf.get_type().into_any(),
+                args.into_pyobject(py)?.into_any(),
+            ],
+        )
+    }
+}
