@@ -30,47 +30,59 @@ pub fn tokens_match(dialect: Dialect, tokens: &[Token], topic: &Topic<'_>) -> bo
     }
     let zero_or_more = dialect.many_min() == 0;
     let n = tokens.len();
-    let mut live = vec![false; n + 1];
-    let mut next = vec![false; n + 1];
-    live[0] = true;
-    close(tokens, &mut live, zero_or_more);
-    for word in words {
-        next.fill(false);
-        let mut any = false;
-        for i in 0..n {
-            if !live[i] {
+    // The live states as a sparse list, with `seen[i] == step` marking membership, so a step
+    // costs the number of live states rather than the pattern's length.
+    let mut seen = vec![usize::MAX; n + 1];
+    let mut live = Vec::new();
+    let mut next = Vec::new();
+    add(tokens, 0, 0, zero_or_more, &mut seen, &mut live);
+    for (step, word) in words.iter().enumerate() {
+        let step = step + 1;
+        next.clear();
+        for &i in &live {
+            if i == n {
                 continue;
             }
             match &tokens[i] {
-                Token::Word(x) if **x == **word => next[i + 1] = true,
-                Token::Word(_) => continue,
-                Token::One => next[i + 1] = true,
+                Token::Word(x) if **x != **word => {}
+                Token::Word(_) | Token::One => {
+                    add(tokens, i + 1, step, zero_or_more, &mut seen, &mut next)
+                }
                 Token::Many => {
                     // The wildcard absorbs this word and may absorb more.
-                    next[i] = true;
-                    next[i + 1] = true;
+                    add(tokens, i, step, zero_or_more, &mut seen, &mut next);
+                    add(tokens, i + 1, step, zero_or_more, &mut seen, &mut next);
                 }
             }
-            any = true;
         }
-        if !any {
+        if next.is_empty() {
             return false;
         }
         std::mem::swap(&mut live, &mut next);
-        close(tokens, &mut live, zero_or_more);
     }
-    live[n]
+    live.contains(&n)
 }
 
-/// Adds the states reached by letting a zero-or-more wildcard match nothing.
-fn close(tokens: &[Token], live: &mut [bool], zero_or_more: bool) {
-    if !zero_or_more {
-        return;
-    }
-    for i in 0..tokens.len() {
-        if live[i] && tokens[i] == Token::Many {
-            live[i + 1] = true;
+/// Adds state `i` to the live list of `step`, and the states reached from it by letting
+/// zero-or-more wildcards match nothing.
+fn add(
+    tokens: &[Token],
+    mut i: usize,
+    step: usize,
+    zero_or_more: bool,
+    seen: &mut [usize],
+    live: &mut Vec<usize>,
+) {
+    loop {
+        if seen[i] == step {
+            return;
         }
+        seen[i] = step;
+        live.push(i);
+        if !(zero_or_more && i < tokens.len() && tokens[i] == Token::Many) {
+            return;
+        }
+        i += 1;
     }
 }
 
