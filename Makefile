@@ -1,6 +1,8 @@
 # topicmatch: `make demo` and `make test` work on a fresh machine (Debian, Rust, Python 3.11).
 # Both create .venv here and install the package into it with maturin (release profile).
 
+
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(abspath $(VENV))/bin
@@ -15,7 +17,13 @@ LOOM_MAX_PREEMPTIONS ?= 2
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all venv build test test-rust test-loom test-python lint demo clean
+.PHONY: all venv build test test-rust test-loom test-python test-fuzz fuzz lint demo clean
+
+# Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
+FUZZ_TARGETS := parse differential
+FUZZ_SECONDS ?= 45
+FUZZ_LONG_SECONDS ?= 3600
+CARGO_FUZZ_VERSION := 0.13.2
 
 all: build
 
@@ -32,7 +40,7 @@ build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
 		$(BIN)/maturin develop --release --extras test,lint --quiet
 
-test: build test-rust test-loom test-python
+test: build test-rust test-loom test-python test-fuzz
 
 test-rust:
 	cargo test --release --all-targets
@@ -45,6 +53,22 @@ test-loom:
 
 test-python: build
 	$(BIN)/python -m pytest -q tests/python
+
+# cargo fuzz needs unstable flags; RUSTC_BOOTSTRAP=1 lets the stable compiler take them.
+# Each run writes new inputs to target/fuzz-corpus/ and reads the committed fuzz/corpus/;
+# a crash fails the run and leaves its input in fuzz/artifacts/ (copy it to fuzz/regressions/).
+test-fuzz:
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p target/fuzz-corpus/$$t && \
+		(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --release $$t \
+			../target/fuzz-corpus/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) \
+			-print_final_stats=1 2>&1 | grep -E 'Done|stat::number_of_executed_units|ERROR|panicked' ; \
+			exit $${PIPESTATUS[0]}) || exit 1; \
+	done
+
+fuzz:
+	$(MAKE) test-fuzz FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
 
 lint: build
 	cargo fmt --all -- --check
