@@ -174,4 +174,22 @@ mod loom_tests {
             |t| check(t, &[("a.c", 2)]),
         );
     }
+
+    #[test]
+    fn lookup_racing_an_entombing_remove_sees_before_or_after() {
+        run2(
+            Dialect::Amqp,
+            |t| {
+                t.subscribe(&pattern(Dialect::Amqp, "a.b"), 1);
+                t.subscribe(&pattern(Dialect::Amqp, "a.*"), 2);
+            },
+            |t| assert!(t.unsubscribe(&pattern(Dialect::Amqp, "a.b"), 1)),
+            |t| {
+                let mut got = t.lookup_str("a.b").unwrap();
+                got.sort();
+                assert!(got == vec![1, 2] || got == vec![2], "{got:?}");
+            },
+            |t| check(t, &[("a.*", 2)]),
+        );
+    }
 }

@@ -747,8 +747,30 @@ mod loom_support {
         assert_eq!(t.len(), want.len());
     }
 
-    /// Sets a trie up, races `a` and `b` on it (plus a lookup of "a.b" on the main thread),
-    /// then checks it.
+    /// Stack for model threads: loom runs threads on 32 KiB generator stacks by default,
+    /// which a lookup (a hash table and two vectors of live branches) overflows.
+    const STACK: usize = 1 << 20;
+
+    /// Spawns a loom thread with a usable stack.
+    pub(crate) fn spawn<T: Send + 'static>(
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> loom::thread::JoinHandle<T> {
+        loom::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn(f)
+            .unwrap()
+    }
+
+    /// `loom::model`, with the body on a thread of its own with a usable stack.
+    pub(crate) fn model(f: impl Fn() + Send + Sync + 'static) {
+        let f = Arc::new(f);
+        loom::model(move || {
+            let f = Arc::clone(&f);
+            spawn(move || f()).join().unwrap();
+        });
+    }
+
+    /// Sets a trie up, races `a` and `b` on it, then checks it.
     pub(crate) fn run2(
         d: Dialect,
         setup: fn(&CSTrie),
@@ -756,12 +778,12 @@ mod loom_support {
         b: fn(&CSTrie),
         after: fn(&CSTrie),
     ) {
-        loom::model(move || {
+        model(move || {
             let t = Arc::new(CSTrie::new(d));
             setup(&t);
             let ta = {
                 let t = Arc::clone(&t);
-                loom::thread::spawn(move || a(&t))
+                spawn(move || a(&t))
             };
             b(&t);
             ta.join().unwrap();

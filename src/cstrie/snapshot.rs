@@ -191,12 +191,12 @@ mod loom_tests {
 
     #[test]
     fn snapshot_racing_an_insert_sees_all_or_nothing() {
-        loom::model(|| {
+        model(|| {
             let t = Arc::new(CSTrie::new(Dialect::Amqp));
             t.subscribe(&pattern(Dialect::Amqp, "a.b"), 1);
             let w = {
                 let t = Arc::clone(&t);
-                loom::thread::spawn(move || {
+                spawn(move || {
                     assert!(t.subscribe(&pattern(Dialect::Amqp, "a.c"), 2));
                 })
             };
@@ -215,12 +215,12 @@ mod loom_tests {
 
     #[test]
     fn lookup_racing_an_insert_and_a_snapshot() {
-        loom::model(|| {
+        model(|| {
             let t = Arc::new(CSTrie::new(Dialect::Amqp));
             t.subscribe(&pattern(Dialect::Amqp, "a.#"), 1);
             let w = {
                 let t = Arc::clone(&t);
-                loom::thread::spawn(move || {
+                spawn(move || {
                     assert!(t.subscribe(&pattern(Dialect::Amqp, "a.b"), 2));
                     let _ = t.snapshot();
                 })
