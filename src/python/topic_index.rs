@@ -20,6 +20,15 @@ use super::text::{utf8, Kind};
 use crate::dialect::{Dialect, Pattern, Topic};
 use crate::matcher::{Matcher, SubscriberId};
 
+impl<M> Drop for TopicIndex<M> {
+    fn drop(&mut self) {
+        if self.read_only {
+            // Dropped from the class's dealloc, attached to the interpreter.
+            Python::attach(|py| self.registry.drop_snapshot(py));
+        }
+    }
+}
+
 /// Batches of at least this many topics are looked up with the GIL released.
 pub(crate) const DETACH_BATCH: usize = 8;
 
@@ -45,6 +54,18 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             registry: Arc::new(Registry::new(py)),
             read_only: false,
             scan_lookup,
+        }
+    }
+
+    /// A read-only index over `core` (a snapshot of `self.core`) that shares the registry, so
+    /// its ids keep their objects for as long as it lives.
+    pub(crate) fn share_read_only(&self, py: Python<'_>, core: M) -> Self {
+        self.registry.add_snapshot(py);
+        TopicIndex {
+            core: Arc::new(core),
+            registry: Arc::clone(&self.registry),
+            read_only: true,
+            scan_lookup: self.scan_lookup,
         }
     }
 
