@@ -3,7 +3,7 @@
 //! replays the saved corpus and every crash ever found on each `cargo test`.
 
 use arbitrary::{Arbitrary, Unstructured};
-use topicmatch::{reference, Dialect, Matcher, NaiveMatcher, SubscriberId, Token, Trie};
+use topicmatch::{reference, CSTrie, Dialect, Matcher, NaiveMatcher, SubscriberId, Token, Trie};
 
 /// Any bytes, in every dialect: parsing never panics, a parsed pattern or topic gives back its
 /// text and its words, and a literal pattern matches exactly its own text.
@@ -49,6 +49,8 @@ pub enum Op {
     Unsubscribe(Vec<u8>, u8),
     RemoveSubscriber(u8),
     Lookup(Vec<u8>),
+    /// Freeze a CSTrie snapshot and the oracle's state beside it; later lookups check both.
+    Snapshot,
 }
 
 /// A differential run: a dialect and a sequence of operations.
@@ -68,10 +70,8 @@ fn text(d: Dialect, words: &[u8]) -> String {
     ws.join(&sep)
 }
 
-/// Every matcher under test.
-pub fn matchers(d: Dialect) -> Vec<Box<dyn Matcher>> {
-    vec![Box::new(Trie::new(d))]
-}
+/// Most snapshots one run keeps.
+const SNAPSHOTS: usize = 4;
 
 fn sorted(mut v: Vec<SubscriberId>) -> Vec<SubscriberId> {
     v.sort_unstable();
@@ -89,7 +89,10 @@ pub fn check_differential_bytes(data: &[u8]) {
 pub fn check_differential(case: &Case) {
     let d = Dialect::ALL[case.dialect as usize % 3];
     let oracle = NaiveMatcher::new(d);
-    let ms = matchers(d);
+    // Every matcher under test; the CSTrie also gives the snapshots.
+    let (trie, cstrie) = (Trie::new(d), CSTrie::new(d));
+    let ms: [&dyn Matcher; 2] = [&trie, &cstrie];
+    let mut snapshots: Vec<(CSTrie, NaiveMatcher)> = Vec::new();
     for op in &case.ops {
         match op {
             Op::Subscribe(p, s) => {
@@ -118,6 +121,26 @@ pub fn check_differential(case: &Case) {
                 for m in &ms {
                     assert_eq!(m.lookup_str(&t).map(sorted), want, "lookup {t:?} ({d})");
                 }
+                for (snap, frozen) in &snapshots {
+                    let want = frozen.lookup_str(&t).map(sorted);
+                    assert_eq!(
+                        snap.lookup_str(&t).map(sorted),
+                        want,
+                        "snapshot {t:?} ({d})"
+                    );
+                }
+            }
+            Op::Snapshot => {
+                if snapshots.len() == SNAPSHOTS {
+                    snapshots.remove(0);
+                }
+                let frozen = NaiveMatcher::new(d);
+                for (p, s) in oracle.subscriptions() {
+                    frozen
+                        .subscribe_str(&p, s)
+                        .expect("the oracle's own pattern");
+                }
+                snapshots.push((cstrie.snapshot(), frozen));
             }
         }
         for m in &ms {
