@@ -29,6 +29,9 @@ impl<M> Drop for TopicIndex<M> {
     }
 }
 
+/// Long batches run in chunks of this many items, answering signals (Ctrl-C) between them.
+pub(crate) const CHUNK: usize = 4096;
+
 /// Batches of at least this many topics are looked up with the GIL released.
 pub(crate) const DETACH_BATCH: usize = 8;
 
@@ -136,19 +139,33 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let (patterns, subscribers): (Vec<Pattern>, Vec<_>) = parsed.into_iter().unzip();
         drop(subscribers);
         let core = &self.core;
-        let new: Vec<bool> = py.detach(|| {
-            patterns
-                .iter()
-                .zip(&ids)
-                .map(|(p, &id)| core.subscribe(p, id))
-                .collect()
-        });
-        for (&id, &new) in ids.iter().zip(&new) {
-            if !new {
-                self.registry.unpin(py, id, 1);
+        let mut added = 0;
+        for (start, chunk) in patterns.chunks(CHUNK).enumerate() {
+            let chunk_ids = &ids[start * CHUNK..start * CHUNK + chunk.len()];
+            let new: Vec<bool> = py.detach(|| {
+                chunk
+                    .iter()
+                    .zip(chunk_ids)
+                    .map(|(p, &id)| core.subscribe(p, id))
+                    .collect()
+            });
+            for (&id, &new) in chunk_ids.iter().zip(&new) {
+                if new {
+                    added += 1;
+                } else {
+                    self.registry.unpin(py, id, 1);
+                }
+            }
+            if let Err(interrupt) = py.check_signals() {
+                // Pairs already added stay (each pair is in or out, never half); the rest
+                // give their pins back.
+                for &id in &ids[start * CHUNK + chunk.len()..] {
+                    self.registry.unpin(py, id, 1);
+                }
+                return Err(interrupt);
             }
         }
-        Ok(new.iter().filter(|&&n| n).count())
+        Ok(added)
     }
 
     pub(crate) fn unsubscribe(
@@ -208,28 +225,33 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         }
         let core = &self.core;
         let dialect = core.dialect();
-        let run = || -> Result<Vec<Vec<SubscriberId>>, (usize, crate::Error)> {
-            let mut out = Vec::with_capacity(texts.len());
-            for (i, text) in texts.iter().enumerate() {
-                let topic = Topic::parse(dialect, text).map_err(|e| (i, e))?;
-                out.push(core.lookup(&topic));
+        let mut lists = Vec::with_capacity(texts.len());
+        for (start, chunk) in texts.chunks(CHUNK).enumerate() {
+            let run = || -> Result<Vec<Vec<SubscriberId>>, (usize, crate::Error)> {
+                let mut out = Vec::with_capacity(chunk.len());
+                for (i, text) in chunk.iter().enumerate() {
+                    let topic = Topic::parse(dialect, text).map_err(|e| (start * CHUNK + i, e))?;
+                    out.push(core.lookup(&topic));
+                }
+                Ok(out)
+            };
+            // Pinned from the core's read to the conversion: see `Registry`.
+            let guard = crossbeam_epoch::pin();
+            let results = if chunk.len() >= DETACH_BATCH {
+                py.detach(run)
+            } else {
+                run()
+            };
+            let results = results.map_err(|(i, e)| {
+                InvalidTopic::new_err(format!("topics[{i}]: {}", to_py(e).value(py)))
+            })?;
+            for ids in &results {
+                lists.push(PyList::new(py, self.registry.objects(py, ids))?);
             }
-            Ok(out)
-        };
-        let guard = crossbeam_epoch::pin();
-        let results = if texts.len() >= DETACH_BATCH {
-            py.detach(run)
-        } else {
-            run()
-        };
-        let results = results.map_err(|(i, e)| {
-            InvalidTopic::new_err(format!("topics[{i}]: {}", to_py(e).value(py)))
-        })?;
-        let lists = results
-            .iter()
-            .map(|ids| PyList::new(py, self.registry.objects(py, ids)))
-            .collect::<PyResult<Vec<_>>>()?;
-        drop(guard);
+            drop(guard);
+            // A long batch answers Ctrl-C between chunks; nothing it did needs undoing.
+            py.check_signals()?;
+        }
         PyList::new(py, lists)
     }
 
