@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use super::topic_index::{parse_dialect, TopicIndex};
+use super::topic_index::{check_pickle_format, parse_dialect, TopicIndex};
 use crate::{CSTrie, Matcher, NaiveMatcher, Trie};
 
 /// Declares a `#[pyclass]` named `$name` over the core type `$core`, with the API of
@@ -93,6 +93,10 @@ macro_rules! topic_matcher_class {
 
             fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
                 slf.get().inner.reduce(slf.as_any())
+            }
+
+            fn __setstate__(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+                check_pickle_format(state)
             }
 
             $($($extra)*)?

@@ -29,6 +29,23 @@ impl<M> Drop for TopicIndex<M> {
     }
 }
 
+/// The version of the pickled form; a later format gets a new number.
+pub(crate) const PICKLE_FORMAT: u32 = 1;
+
+/// `__setstate__`: refuses pickles of a format this version cannot read.
+pub(crate) fn check_pickle_format(state: &Bound<'_, PyAny>) -> PyResult<()> {
+    match state.extract::<u32>() {
+        Ok(PICKLE_FORMAT) => Ok(()),
+        Ok(n) => Err(PyValueError::new_err(format!(
+            "this pickle has format {n}, written by a newer topicmatch; this one reads format \
+             {PICKLE_FORMAT}: upgrade topicmatch to load it"
+        ))),
+        Err(_) => Err(PyValueError::new_err(
+            "not a topicmatch pickle state (expected a format number)",
+        )),
+    }
+}
+
 /// Long batches run in chunks of this many items, answering signals (Ctrl-C) between them.
 pub(crate) const CHUNK: usize = 4096;
 
@@ -285,8 +302,9 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         )
     }
 
-    /// `(type, (dialect, pairs))`: pickles by content, so unpickling goes through the
-    /// constructor and never depends on node layout.
+    /// `(type, (dialect, pairs), PICKLE_FORMAT)`: pickles by content, so unpickling goes
+    /// through the constructor and never depends on node layout; the state is the format
+    /// number, checked by [`check_pickle_format`].
     pub(crate) fn reduce<'py>(&self, slf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
         let args = (self.core.dialect().name(), self.subscriptions(py)?);
@@ -295,6 +313,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             [
                 slf.get_type().into_any(),
                 args.into_pyobject(py)?.into_any(),
+                PICKLE_FORMAT.into_pyobject(py)?.into_any(),
             ],
         )
     }
