@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import platform
+import subprocess
 import sys
 import threading
 import time
@@ -305,6 +306,44 @@ def other_workloads(profile: Profile, log: Callable[[str], None]) -> list[dict[s
     return rows
 
 
+def memory(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Resident-set growth per subscription while building each implementation over `mixed`,
+    each in a fresh Python process (so no memory freed by an earlier build is reused) and after
+    one lookup (kombu compiles its regexes then). It counts everything the process keeps: the
+    core, the subscriber registry, the peer's Python objects."""
+    rows = []
+    sizes = [n for n in profile.mixed_sizes if n >= 10_000] or list(profile.mixed_sizes)
+    for n in sizes:
+        for impl in implementations("mqtt"):
+            if impl.many or (impl.scans and n > profile.scan_peer_max):
+                continue
+            code = f"from topicmatch.bench import _memory_probe; _memory_probe({impl.name!r}, {n})"
+            done = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=1200
+            )
+            if done.returncode != 0:
+                log(f"  n={n:,} {impl.name}: failed: {done.stderr.strip()[-200:]}")
+                continue
+            rss = json.loads(done.stdout.strip().splitlines()[-1])["rss_bytes"]
+            name = impl.name.removesuffix(".lookup")
+            rows.append({"impl": name, "n": n, "rss_bytes": rss, "per_sub": rss / n})
+            log(f"  n={n:,} {name}: {rss / n:,.0f} bytes per subscription")
+    return rows
+
+
+def _memory_probe(impl_name: str, n: int) -> None:
+    """Child of `memory`: builds one implementation and prints its RSS growth as JSON."""
+    w = workload.mixed(n, 1, "mqtt", seed=0)
+    impl = next(i for i in implementations("mqtt") if i.name == impl_name)
+    subs, topics = respell(w, impl.dialect)
+    gc.collect()
+    before = rss_bytes()
+    obj = impl.build(subs)
+    impl.lookup(obj)(topics[0])
+    gc.collect()
+    print(json.dumps({"rss_bytes": rss_bytes() - before}))
+
+
 def _run_threads(n: int, body: Callable[[int], None]) -> float:
     """Runs `body(i)` on `n` threads started together; returns the wall time."""
     barrier = threading.Barrier(n + 1)
@@ -420,6 +459,19 @@ def _busy(stop: threading.Event, counter: list[int]) -> None:
         counter[0] += 1
 
 
+def _busy_alone(seconds: float) -> float:
+    """Loops per second of the busy thread with nothing beside it."""
+    stop = threading.Event()
+    counter = [0]
+    t = threading.Thread(target=_busy, args=(stop, counter))
+    start = time.perf_counter()
+    t.start()
+    time.sleep(max(seconds, 0.01))
+    stop.set()
+    t.join()
+    return counter[0] / (time.perf_counter() - start)
+
+
 def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Topics per second of single `lookup` calls and of `lookup_many` at small batch sizes,
     alone and next to a CPU-bound Python thread, with the busy thread's progress. The binding
@@ -427,6 +479,7 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
     and releases it for NaiveMatcher lookups and larger batches; a release next to a busy
     thread waits for that thread to give the GIL back (up to the 5 ms switch interval)."""
     rows = []
+    busy_alone = _busy_alone(profile.min_time)
     sizes = sorted({1000, profile.headline_size})
     for n in sizes:
         w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
@@ -467,15 +520,7 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
                     f"{rows[-2]['topics_per_s']:,.0f}/s, busy "
                     f"{rows[-1]['topics_per_s']:,.0f}/s"
                 )
-    # The busy thread's own rate when it runs alone, for reference.
-    stop = threading.Event()
-    counter = [0]
-    t = threading.Thread(target=_busy, args=(stop, counter))
-    start = time.perf_counter()
-    t.start()
-    time.sleep(max(profile.min_time, 0.01))
-    stop.set()
-    t.join()
+    # The busy thread's own rate when it runs alone (before and after, averaged).
     rows.append(
         {
             "impl": "(busy thread alone)",
@@ -484,7 +529,7 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
             "batch": -1,
             "busy": True,
             "topics_per_s": None,
-            "busy_loops_per_s": counter[0] / (time.perf_counter() - start),
+            "busy_loops_per_s": (busy_alone + _busy_alone(profile.min_time)) / 2,
         }
     )
     return rows
@@ -578,23 +623,20 @@ def markdown(results: dict[str, Any]) -> str:
                 [[i, *(_us(cell.get((i, n))) for n in ns)] for i in impls],
             ),
             "",
-            "## Memory: resident-set growth while building (bytes per subscription, rough)",
+        ]
+    if results.get("memory"):
+        rows = results["memory"]
+        impls = list(dict.fromkeys(r["impl"] for r in rows))
+        ns = sorted({r["n"] for r in rows})
+        cell = {(r["impl"], r["n"]): r["per_sub"] for r in rows}
+        parts += [
+            "## Memory: resident-set growth per subscription (bytes), mixed, fresh process each",
             "",
             _table(
                 ["implementation", *(f"{n:,}" for n in ns)],
                 [
-                    [
-                        i,
-                        *(
-                            f"{r['rss_bytes'] / r['n']:,.0f}" if r else ""
-                            for r in (
-                                next((r for r in rows if r["impl"] == i and r["n"] == n), None)
-                                for n in ns
-                            )
-                        ),
-                    ]
+                    [i, *(f"{cell[(i, n)]:,.0f}" if (i, n) in cell else "" for n in ns)]
                     for i in impls
-                    if not i.endswith(".lookup_many")
                 ],
             ),
             "",
@@ -653,24 +695,30 @@ def markdown(results: dict[str, Any]) -> str:
         rows = [r for r in results["gil"] if r["batch"] >= 0]
         alone = {(r["impl"], r["n"], r["batch"]): r for r in rows if not r["busy"]}
         solo = next((r for r in results["gil"] if r["batch"] < 0), None)
+        base = solo["busy_loops_per_s"] if solo else None
         parts += [
             "## The GIL convoy: topics/s alone and next to a CPU-bound Python thread",
             "",
             "The busy thread's own rate alone: "
-            + (f"{solo['busy_loops_per_s']:,.0f} loops/s." if solo else "?"),
+            + (f"{base:,.0f} loops/s." if base else "?")
+            + " Caller share: its rate beside the busy thread over its rate alone; busy share:"
+            " the busy thread's rate over its rate alone. A sum near 1 means the two threads"
+            " only took turns; above 1, they ran in parallel.",
             "",
             _table(
-                ["matcher", "subscriptions", "call", "GIL", "alone", "beside busy", "busy loops/s"],
                 [
-                    [
-                        r["impl"],
-                        f"{r['n']:,}",
-                        r["call"],
-                        _gil_rule(r["impl"], r["batch"]),
-                        f"{alone[(r['impl'], r['n'], r['batch'])]['topics_per_s']:,.0f}",
-                        f"{r['topics_per_s']:,.0f}",
-                        f"{r['busy_loops_per_s']:,.0f}",
-                    ]
+                    "matcher",
+                    "subscriptions",
+                    "call",
+                    "GIL",
+                    "alone",
+                    "beside busy",
+                    "caller share",
+                    "busy share",
+                    "sum",
+                ],
+                [
+                    _gil_row(r, alone[(r["impl"], r["n"], r["batch"])]["topics_per_s"], base)
                     for r in rows
                     if r["busy"]
                 ],
@@ -678,6 +726,22 @@ def markdown(results: dict[str, Any]) -> str:
             "",
         ]
     return "\n".join(parts)
+
+
+def _gil_row(r: dict[str, Any], alone: float, base: float | None) -> list[str]:
+    caller = r["topics_per_s"] / alone
+    busy = r["busy_loops_per_s"] / base if base else float("nan")
+    return [
+        r["impl"],
+        f"{r['n']:,}",
+        r["call"],
+        _gil_rule(r["impl"], r["batch"]),
+        f"{alone:,.0f}",
+        f"{r['topics_per_s']:,.0f}",
+        f"{caller:.2f}",
+        f"{busy:.2f}",
+        f"{caller + busy:.2f}",
+    ]
 
 
 def _gil_rule(impl: str, batch: int) -> str:
@@ -711,17 +775,16 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         written.append(_save(fig, out / "lookup_vs_n.png"))
+    if results.get("memory"):
+        rows = results["memory"]
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        mem = [r for r in rows if r["kind"] == "peer" or r["impl"].endswith(".lookup")]
-        for impl in dict.fromkeys(r["impl"] for r in mem):
-            pts = sorted(
-                (r["n"], max(r["rss_bytes"], 0) / r["n"]) for r in mem if r["impl"] == impl
-            )
-            ax.plot(*zip(*pts, strict=True), marker="o", label=impl.removesuffix(".lookup"))
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            pts = sorted((r["n"], max(r["per_sub"], 0)) for r in rows if r["impl"] == impl)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=impl)
         ax.set_xscale("log")
         ax.set_xlabel("subscriptions (mixed workload)")
         ax.set_ylabel("bytes per subscription (RSS growth)")
-        ax.set_title("Memory while building (rough)")
+        ax.set_title("Memory after building, fresh process each")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         written.append(_save(fig, out / "memory.png"))
@@ -781,6 +844,7 @@ SECTIONS: dict[str, Callable[[Profile, Callable[[str], None]], list[dict[str, An
     "headline": headline,
     "scaling": scaling,
     "workloads": other_workloads,
+    "memory": memory,
     "threads": thread_scaling,
     "churn": churn,
     "gil": gil_convoy,
