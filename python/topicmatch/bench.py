@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,6 @@ class Profile:
     #: Batch sizes of the GIL-convoy runs.
     batches: tuple[int, ...] = (1, 2, 4, 7, 8, 16, 64, 256)
     threads: tuple[int, ...] = (1, 2, 4)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 PROFILES = {
@@ -167,6 +166,8 @@ def build_measured(make: Callable[[], Any]) -> tuple[Any, float, int]:
 
 @dataclass
 class Impl:
+    """One implementation to time: how to build it from pairs and how to get its lookup."""
+
     name: str
     kind: str  # "ours" or "peer"
     dialect: str
