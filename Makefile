@@ -17,7 +17,7 @@ LOOM_MAX_PREEMPTIONS ?= 2
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all venv build test test-rust test-loom test-python test-fuzz fuzz lint demo clean
+.PHONY: all venv build test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
 
 # Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
 FUZZ_TARGETS := parse differential
@@ -35,10 +35,12 @@ $(VENV)/.deps: pyproject.toml
 
 venv: $(VENV)/.deps
 
-# The extension, built in release mode and installed (editable) with the test extras.
+# The extension, built in release mode and installed (editable) with the test extras. The bench
+# extra (the Python peers and matplotlib, about 30 s to install) is in, so the tests that check
+# each peer's answers against ours run in CI too.
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
-		$(BIN)/maturin develop --release --extras test,lint --quiet
+		$(BIN)/maturin develop --release --extras test,lint,bench --quiet
 
 test: build test-rust test-loom test-python test-fuzz
 
@@ -80,6 +82,21 @@ lint: build
 
 demo: build
 	$(BIN)/python -m topicmatch.cli demo
+
+# The bench extra's exact pins, read from pyproject.toml and installed once.
+$(VENV)/.bench: pyproject.toml | venv
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' \
+		| xargs $(BIN)/pip install -q
+	touch $@
+
+# The whole report: criterion (Rust; TOPICMATCH_BENCH_FULL=1 adds the 1M sizes, CRITERION_ARGS
+# passes options such as --quick) and `topicmatch bench` (Python and peers; BENCH_ARGS=--quick
+# for the five-minute version) into bench-out/.
+CRITERION_ARGS ?=
+BENCH_ARGS ?=
+bench: build $(VENV)/.bench
+	cargo bench --bench matchers -- $(CRITERION_ARGS)
+	$(BIN)/topicmatch bench --out bench-out $(BENCH_ARGS)
 
 clean:
 	rm -rf target $(VENV)

@@ -40,6 +40,14 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from topicmatch import bench
+
+    profile = "tiny" if args.tiny else "quick" if args.quick else "full"
+    bench.run(profile, args.out, sections=args.section)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="topicmatch", description=tm.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=tm.__version__)
@@ -50,6 +58,19 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--dialect", choices=tm.DIALECTS, default="mqtt")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(run=_demo)
+    bench = sub.add_parser(
+        "bench", help="time the matchers and the Python peers; write tables and plots"
+    )
+    bench.add_argument("--quick", action="store_true", help="smaller sizes, under five minutes")
+    bench.add_argument("--out", default="bench-out", help="folder for BENCH.md, JSON and PNGs")
+    bench.add_argument(
+        "--section",
+        action="append",
+        choices=("headline", "scaling", "workloads", "memory", "threads", "churn", "gil"),
+        help="run only this section (repeatable)",
+    )
+    bench.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    bench.set_defaults(run=_bench)
     args = parser.parse_args(argv)
     return args.run(args)
 
