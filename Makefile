@@ -30,7 +30,7 @@ venv: $(VENV)/.deps
 # The extension, built in release mode and installed (editable) with the test extras.
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
-		$(BIN)/maturin develop --release --extras test,lint --quiet
+		$(BIN)/maturin develop --release --extras test,lint,spark --quiet
 
 test: build test-rust test-loom test-python
 
