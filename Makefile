@@ -15,7 +15,7 @@ LOOM_MAX_PREEMPTIONS ?= 2
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all venv build test test-rust test-loom test-python lint demo clean
+.PHONY: all venv build java test test-rust test-loom test-python lint demo clean
 
 all: build
 
@@ -27,7 +27,8 @@ $(VENV)/.deps: pyproject.toml
 
 venv: $(VENV)/.deps
 
-# The extension, built in release mode and installed (editable) with the test extras.
+# The extension, built in release mode and installed (editable) with the test, lint and spark
+# extras (PySpark, pyarrow, pandas: the Spark tests and `make demo` need them).
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
 		$(BIN)/maturin develop --release --extras test,lint,spark --quiet
@@ -43,7 +44,13 @@ test-loom:
 		CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test --release --lib loom; \
 	else echo "no loom models"; fi
 
-test-python: build
+# Spark runs on Java 17; install the headless runtime from Debian only when no java is found.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		echo "java not found: installing openjdk-17-jre-headless"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
+
+test-python: build java
 	$(BIN)/python -m pytest -q tests/python
 
 lint: build
@@ -53,8 +60,21 @@ lint: build
 	$(BIN)/ruff check python tests benches
 	$(BIN)/ruff format --check python tests benches
 
-demo: build
-	$(BIN)/python -m topicmatch.cli demo
+# The main job on local Spark: generate a sample, route it with `topicmatch route`, print the
+# summary. DEMO_* override the sample (e.g. `make demo DEMO_MESSAGES=100000`).
+DEMO_DIR ?= target/demo
+DEMO_DIALECT ?= mqtt
+DEMO_SUBSCRIPTIONS ?= 100000
+DEMO_MESSAGES ?= 1000000
+DEMO_MASTER ?= local[*]
+
+demo: build java
+	$(BIN)/topicmatch generate --out $(DEMO_DIR)/input --dialect $(DEMO_DIALECT) --format parquet \
+		--subscriptions $(DEMO_SUBSCRIPTIONS) --messages $(DEMO_MESSAGES)
+	$(BIN)/topicmatch route --dialect $(DEMO_DIALECT) --master '$(DEMO_MASTER)' \
+		--subscriptions $(DEMO_DIR)/input/$(DEMO_DIALECT)/subscriptions.parquet \
+		--messages $(DEMO_DIR)/input/$(DEMO_DIALECT)/messages.parquet \
+		--out $(DEMO_DIR)/out
 
 clean:
 	rm -rf target $(VENV)

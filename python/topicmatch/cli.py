@@ -108,7 +108,7 @@ def _write_rows(path: Path, columns: list[str], rows: list[tuple[Any, ...]], fmt
         import pyarrow.parquet as pq
 
         table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
-        pq.write_table(table, path)
+        pq.write_table(table, path, row_group_size=100_000)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -166,7 +166,7 @@ def _read(spark: Any, path: str, fmt: str) -> Any:
     return spark.read.parquet(path)
 
 
-def _session(master: str | None) -> tuple[Any, bool]:
+def _session(master: str | None, driver_memory: str) -> tuple[Any, bool]:
     """The active SparkSession (tests, notebooks, spark-submit) or a new one; True if new."""
     from pyspark.sql import SparkSession
 
@@ -179,8 +179,10 @@ def _session(master: str | None) -> tuple[Any, bool]:
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master or not under_submit:
         builder = builder.master(master or "local[*]")
-    builder = builder.config("spark.ui.showConsoleProgress", "true").config(
-        "spark.sql.execution.arrow.pyspark.enabled", "true"
+    builder = (
+        builder.config("spark.ui.showConsoleProgress", "true")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", driver_memory)
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -200,7 +202,7 @@ def _route(args: argparse.Namespace) -> int:
     msgs_fmt = _input_format(args.messages, args.input_format)
     out = Path(args.out)
     start = time.perf_counter()
-    spark, created = _session(args.master)
+    spark, created = _session(args.master, args.driver_memory)
     try:
         subscriptions = _read(spark, args.subscriptions, subs_fmt)
         messages = _read(spark, args.messages, msgs_fmt)
@@ -252,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         help="format of both inputs (default: by extension; .jsonl and .ndjson are JSON Lines)",
     )
     route.add_argument("--matcher", default=None, help="matcher class (default CSTrie, else Trie)")
+    route.add_argument(
+        "--driver-memory",
+        default="4g",
+        help="spark.driver.memory of a session this command starts (local mode: all of Spark)",
+    )
     route.set_defaults(run=_route)
 
     gen = sub.add_parser("generate", help="write sample subscriptions and messages files")
