@@ -173,17 +173,16 @@ def _session(master: str | None, driver_memory: str) -> tuple[Any, bool]:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
-    # Python workers must import topicmatch: run them with this interpreter unless told.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("topicmatch route")
-    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    if master or not under_submit:
-        builder = builder.master(master or "local[*]")
-    builder = (
-        builder.config("spark.ui.showConsoleProgress", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", driver_memory)
+    builder = SparkSession.builder.appName("topicmatch route").config(
+        "spark.ui.showConsoleProgress", "true"
     )
+    # Under spark-submit the JVM is up and the master, memory and Python are its settings.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Python workers must import topicmatch: run them with this interpreter unless told.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.master(master or "local[*]").config("spark.driver.memory", driver_memory)
+    elif master:
+        builder = builder.master(master)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark, True
