@@ -199,7 +199,7 @@ def _route(args: argparse.Namespace) -> int:
         return 2
     subs_fmt = _input_format(args.subscriptions, args.input_format)
     msgs_fmt = _input_format(args.messages, args.input_format)
-    out = Path(args.out)
+    out = args.out.rstrip("/") or "/"
     start = time.perf_counter()
     spark, created = _session(args.master, args.driver_memory)
     try:
@@ -211,20 +211,39 @@ def _route(args: argparse.Namespace) -> int:
             print(f"topicmatch route: {err}", file=sys.stderr)
             return 2
         result.persist()
-        result.deliveries.write.mode("overwrite").format(args.format).save(str(out / "deliveries"))
-        result.rejected.write.mode("overwrite").format(args.format).save(str(out / "rejected"))
+        for name, df in (("deliveries", result.deliveries), ("rejected", result.rejected)):
+            writer = df.write.mode("overwrite").format(args.format)
+            if args.format == "csv":
+                writer = writer.option("header", True)
+            writer.save(f"{out}/{name}")
         summary: dict[str, Any] = dict(result.summary())
         fanout = result.fanout()
         result.unpersist()
         summary["seconds"] = round(time.perf_counter() - start, 3)
+        text = json.dumps(summary, indent=2)
+        _write_text(spark, f"{out}/summary.json", text + "\n")
     finally:
         if created:
             spark.stop()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    print(text)
     print(f"fan-out per message (subscribers: messages): {_fanout_line(fanout)}")
-    print(f"wrote {out / 'deliveries'}/, {out / 'rejected'}/ and {out / 'summary.json'}")
+    print(f"wrote {out}/deliveries/, {out}/rejected/ and {out}/summary.json")
     return 0
+
+
+def _write_text(spark: Any, path: str, text: str) -> None:
+    """Writes a small file: on the local disk, or through Hadoop's file systems for a URI
+    (hdfs://, s3a://, file://), like the DataFrames beside it."""
+    if "://" not in path:
+        Path(path).write_text(text)
+        return
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    stream = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(target)
+    try:
+        stream.write(bytearray(text.encode()))
+    finally:
+        stream.close()
 
 
 def main(argv: list[str] | None = None) -> int:

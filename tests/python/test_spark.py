@@ -419,3 +419,28 @@ def test_generate_writes_each_dialect(tmp_path, capsys):
                 invalid += 1
         assert 0 < invalid < 60
     assert "mqtt: 50 subscriptions" in capsys.readouterr().out
+
+
+def test_the_route_command_writes_csv_to_a_uri(spark, tmp_path):
+    subs_path, msgs_path = _write_inputs(
+        tmp_path / "in", "csv", [("a.*", "s1"), ("#", "s2")], ["a.b", "c", "a.b.c"]
+    )
+    out = tmp_path / "out"
+    code = cli.main(
+        ["route", "--subscriptions", str(subs_path), "--messages", str(msgs_path)]
+        + ["--out", f"file://{out}", "--format", "csv", "--matcher", "NaiveMatcher"]
+    )
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert {k: summary[k] for k in ("messages", "deliveries", "matched_messages")} == {
+        "messages": 3,
+        "deliveries": 4,
+        "matched_messages": 3,
+    }
+    rows = spark.read.option("header", True).csv(str(out / "deliveries")).collect()
+    assert sorted((r["id"], r["subscriber"]) for r in rows) == [
+        ("0", "s1"),
+        ("0", "s2"),
+        ("1", "s2"),
+        ("2", "s2"),
+    ]
