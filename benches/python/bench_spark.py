@@ -60,7 +60,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--subscriptions", type=int, default=100_000)
     p.add_argument("--messages", type=int, default=1_000_000)
-    p.add_argument("--udf-messages", type=int, default=5_000)
+    p.add_argument("--udf-messages", type=int, default=2_000)
     p.add_argument("--trie-udf-messages", type=int, default=200_000)
     p.add_argument("--dialect", choices=tm.DIALECTS, default="mqtt")
     p.add_argument("--master", default="local[2]")
