@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import pickle
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -137,18 +138,17 @@ def _build(rows: list[tuple[Any, Any]], dialect: str, cls: type) -> tuple[Any, l
 #: matchers.
 _WORKER_CACHE: dict[str, tuple[Any, pa.Array]] = {}
 _WORKER_CACHE_SIZE = 4
-#: How many times this process rebuilt a matcher from a broadcast (for tests and diagnosis).
-rebuilds = 0
+#: How many times this process rebuilt a matcher, by broadcast key (for tests and diagnosis).
+rebuilds: Counter[str] = Counter()
 
 
 def _worker_state(broadcast: Any, key: str) -> tuple[Any, pa.Array]:
     """The matcher and names of `broadcast`, rebuilt once per process and cached."""
-    global rebuilds
     state = _WORKER_CACHE.get(key)
     if state is None:
         payload, names = broadcast.value
         state = (pickle.loads(payload), pa.array(names, type=pa.string()))
-        rebuilds += 1
+        rebuilds[key] += 1
         while len(_WORKER_CACHE) >= _WORKER_CACHE_SIZE:
             _WORKER_CACHE.pop(next(iter(_WORKER_CACHE)))
         _WORKER_CACHE[key] = state
@@ -231,6 +231,8 @@ class RouteResult:
     routed: DataFrame
     message_columns: tuple[str, ...]
     explode: bool = True
+    #: The key of the matcher's broadcast in the workers' caches (None after :func:`split`).
+    broadcast_key: str | None = None
 
     @property
     def is_streaming(self) -> bool:
@@ -358,4 +360,4 @@ def route(
     key = uuid.uuid4().hex
     fn = functools.partial(_route_partition, broadcast=broadcast, key=key, topic_col=topic_col)
     routed = messages.mapInArrow(fn, schema)
-    return RouteResult(routed, tuple(messages.columns), explode)
+    return RouteResult(routed, tuple(messages.columns), explode, key)
