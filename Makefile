@@ -15,7 +15,7 @@ LOOM_MAX_PREEMPTIONS ?= 2
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all venv build java test test-rust test-loom test-python lint demo clean
+.PHONY: all venv build wheel java test test-rust test-loom test-python lint demo clean
 
 all: build
 
@@ -32,6 +32,11 @@ venv: $(VENV)/.deps
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
 		$(BIN)/maturin develop --release --extras test,lint,spark --quiet
+
+# The wheel to install on Spark executors (and anywhere else): dist/topicmatch-*.whl.
+wheel: venv
+	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
+		$(BIN)/maturin build --release --out dist --quiet
 
 test: build test-rust test-loom test-python
 
