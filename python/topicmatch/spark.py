@@ -41,8 +41,13 @@ JVM (Spark SQL), after the batch function:
 
 Every message is accounted for exactly once: it is rejected (``reason`` not null), unmatched
 (no subscriber) or matched (one delivery per subscriber). The same code runs on a batch
-DataFrame and on a Structured Streaming DataFrame; on a stream, use :func:`split` on each
-micro-batch of :attr:`RouteResult.routed` inside ``foreachBatch`` to get the counts too.
+DataFrame and on a Structured Streaming DataFrame. On a stream, :meth:`RouteResult.write_stream`
+runs one query that routes each micro-batch once and writes deliveries, rejected rows and the
+counts per micro-batch; or call :func:`split` on each micro-batch of
+:attr:`RouteResult.routed` inside your own ``foreachBatch``.
+
+The topic column is cast to string before routing (so a binary or numeric topic is routed as
+its string form, and carried through in that form); subscribers are strings too.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import functools
 import pickle
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +65,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQuery
 
 import topicmatch as tm
 
@@ -271,8 +277,8 @@ class RouteResult:
         first. On a stream, call it on :func:`split` of each micro-batch instead."""
         if self.is_streaming:
             raise TypeError(
-                "summary() needs a batch DataFrame; on a stream, call split(batch_df).summary() "
-                "inside foreachBatch of RouteResult.routed"
+                "summary() needs a batch DataFrame; on a stream, use write_stream(), or call "
+                "split(batch_df).summary() inside foreachBatch of RouteResult.routed"
             )
         ok = F.col(REASON).isNull()
         fan = F.size(SUBSCRIBERS)
@@ -285,6 +291,45 @@ class RouteResult:
         ).first()
         assert row is not None
         return {k: int(v) for k, v in row.asDict().items()}
+
+    def write_stream(
+        self,
+        out: str,
+        checkpoint: str,
+        format: str = "parquet",
+        trigger: dict[str, Any] | None = None,
+        on_batch: Callable[[int, dict[str, int]], None] | None = None,
+    ) -> StreamingQuery:
+        """Starts one streaming query that routes each micro-batch once and writes
+        ``out/deliveries/epoch=N/``, ``out/rejected/epoch=N/`` and ``out/summary/epoch=N/`` (the
+        counts of :meth:`summary`, one JSON row). A retried micro-batch overwrites its own
+        folders, so a restart from `checkpoint` writes nothing twice; reading ``out/deliveries``
+        gives every delivery with an ``epoch`` column. `trigger` goes to
+        ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``); `on_batch` gets the
+        epoch and its counts."""
+        if not self.is_streaming:
+            raise TypeError("write_stream() needs a streaming DataFrame; write the properties")
+        explode = self.explode
+
+        def each(batch_df: DataFrame, epoch: int) -> None:
+            part = split(batch_df, explode).persist()
+            try:
+                for name, df in (("deliveries", part.deliveries), ("rejected", part.rejected)):
+                    df.write.mode("overwrite").format(format).save(f"{out}/{name}/epoch={epoch}")
+                counts = part.summary()
+            finally:
+                part.unpersist()
+            spark = batch_df.sparkSession
+            spark.createDataFrame([counts]).coalesce(1).write.mode("overwrite").json(
+                f"{out}/summary/epoch={epoch}"
+            )
+            if on_batch is not None:
+                on_batch(epoch, counts)
+
+        writer = self.routed.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        return writer.start()
 
     def fanout(self) -> dict[int, int]:
         """Routed messages by number of subscribers: ``{subscribers: messages}`` (batch)."""

@@ -331,36 +331,43 @@ def test_a_stream_of_json_files_gives_the_batch_deliveries(spark, tmp_path):
     with pytest.raises(TypeError, match="foreachBatch"):
         stream.summary()
 
-    counts = []
-
-    def each(df, _epoch):
-        counts.append(tms.split(df).summary())
-
-    queries = [
-        stream.deliveries.writeStream.format("memory").queryName("tm_deliveries"),
-        stream.rejected.writeStream.format("memory").queryName("tm_rejected"),
-        stream.routed.writeStream.foreachBatch(each),
-    ]
-    for i, writer in enumerate(queries):
-        q = (
-            writer.option("checkpointLocation", str(tmp_path / f"ckpt{i}"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination(120)
-        assert q.exception() is None
+    # The streaming DataFrame itself, to a memory sink.
+    q = (
+        stream.deliveries.writeStream.format("memory")
+        .queryName("tm_deliveries")
+        .option("checkpointLocation", str(tmp_path / "ckpt-memory"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(120)
+    assert q.exception() is None
     streamed = deliveries_of(spark.table("tm_deliveries"))
     assert streamed == deliveries_of(batch.deliveries)
     assert streamed == oracle("mqtt", subs, topics[:-2]) and streamed
-    assert {r["id"] for r in spark.table("tm_rejected").collect()} == {
-        len(topics) - 2,
-        len(topics) - 1,
-    }
+
+    # One query that routes each micro-batch once and writes all three outputs.
+    counts = {}
+    out = tmp_path / "out"
+    q = stream.write_stream(
+        str(out),
+        str(tmp_path / "ckpt-files"),
+        trigger={"availableNow": True},
+        on_batch=lambda epoch, c: counts.__setitem__(epoch, c),
+    )
+    q.awaitTermination(120)
+    assert q.exception() is None
     assert len(counts) == 3  # one micro-batch per file
+    assert deliveries_of(spark.read.parquet(str(out / "deliveries"))) == streamed
+    rejected = spark.read.parquet(str(out / "rejected")).collect()
+    assert {r["id"] for r in rejected} == {len(topics) - 2, len(topics) - 1}
     total = Counter()
-    for c in counts:
+    for c in counts.values():
         total.update(c)
     assert dict(total) == batch.summary()
+    written = spark.read.json(str(out / "summary")).drop("epoch").collect()
+    assert sum(r["deliveries"] for r in written) == total["deliveries"]
+    with pytest.raises(TypeError, match="streaming DataFrame"):
+        batch.write_stream(str(out), str(tmp_path / "ckpt-batch"))
 
 
 # -- the command ------------------------------------------------------------------------------
