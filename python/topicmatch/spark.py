@@ -79,7 +79,7 @@ SUBSCRIBERS = "subscribers"
 SUBSCRIBER = "subscriber"
 REASON = "reason"
 
-__all__ = ["CHUNK", "NULL_TOPIC", "RouteResult", "resolve_matcher", "route", "split"]
+__all__ = ["CHUNK", "NULL_TOPIC", "RouteResult", "resolve_matcher", "route", "route_batch", "split"]
 
 
 def resolve_matcher(matcher: str | type | None = None) -> type:
@@ -368,8 +368,10 @@ def route(
 
     The subscriptions are collected and built into a `matcher` (a class or a class name of
     the ``topicmatch`` module; ``CSTrie`` if present, else ``Trie``) at once, so an invalid
-    pattern raises :class:`topicmatch.InvalidPattern` here, naming its row. Nothing is routed
-    until an action or a streaming query runs on the result's DataFrames.
+    pattern raises :class:`topicmatch.InvalidPattern` here, naming its row (its 0-based position
+    in the collected subscriptions, which for one file is its order in the file), its pattern
+    and its subscriber; a null pattern or subscriber is an error too. Nothing is routed until an
+    action or a streaming query runs on the result's DataFrames.
     """
     if dialect not in tm.DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {tm.DIALECTS}")
