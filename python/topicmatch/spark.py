@@ -30,10 +30,10 @@ Python worker, once per Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBa
     ``CHUNK`` topics; the Rust core matches a whole chunk with the GIL released and hands back
     lists of subscriber ids. Arrow turns those into a list array, maps ids to names with one
     ``take``, and appends it (``subscribers``) and ``reason`` to the batch's own columns, which
-    pass through untouched. No Python code runs per row on this path.
-    Only a chunk that holds an invalid topic (``lookup_many`` stops at the first one) is
-    redone topic by topic, to find each bad topic and its reason; null topics are set aside
-    by Arrow before the lookup.
+    pass through untouched. No Python code runs per row on this path. Null topics are set
+    aside and put back by Arrow kernels. Only a chunk that holds an invalid topic
+    (``lookup_many`` stops at the first one) is redone topic by topic, to find each bad topic
+    and its reason.
 
 JVM (Spark SQL), after the batch function:
     ``explode`` of the subscriber arrays into delivery rows, the split into deliveries and
@@ -186,31 +186,30 @@ def route_batch(
     batch: pa.RecordBatch, topic_col: str, matcher: Any, names: pa.Array
 ) -> pa.RecordBatch:
     """Appends ``subscribers`` (list of names; empty when unmatched, null when rejected) and
-    ``reason`` (null unless rejected) to one Arrow batch of messages."""
+    ``reason`` (null unless rejected) to one Arrow batch of messages. Python touches the rows
+    only through ``to_pylist`` and ``lookup_many``; null topics are set aside and put back by
+    Arrow kernels, and only the invalid topics found are visited one by one."""
     topics = batch.column(batch.schema.get_field_index(topic_col))
-    n = batch.num_rows
-    if topics.null_count == 0:
-        results, bad = _lookup(matcher, topics.to_pylist())
-        reasons: list[str | None] | None = None
-        if bad:
-            reasons = [None] * n
-            for i, why in bad.items():
-                reasons[i] = why
-    else:
-        present = pc.indices_nonzero(topics.is_valid()).to_pylist()
-        found, bad_present = _lookup(matcher, topics.take(present).to_pylist())
-        results = [None] * n
-        reasons = [NULL_TOPIC] * n
-        for k, i in enumerate(present):
-            results[i] = found[k]
-            reasons[i] = bad_present.get(k)
+    valid = topics.is_valid() if topics.null_count else None
+    present = topics if valid is None else topics.filter(valid)
+    results, bad = _lookup(matcher, present.to_pylist())
     ids = pa.array(results, type=pa.list_(pa.int32()))
-    named = pa.ListArray.from_arrays(
-        ids.offsets, names.take(ids.flatten()), mask=ids.is_null() if ids.null_count else None
-    )
-    reason = pa.nulls(n, pa.string()) if reasons is None else pa.array(reasons, pa.string())
+    reasons = pa.nulls(len(present), pa.string())
+    if bad:
+        found = pa.array([bad.get(i) for i in range(len(present))], pa.string())
+        reasons = found
+    if valid is not None:
+        # Row i of the batch is row (number of valid rows up to i) - 1 of `present`, or null.
+        position = pc.subtract(pc.cumulative_sum(valid.cast(pa.int64())), 1)
+        index = pc.if_else(valid, position, pa.scalar(None, pa.int64()))
+        ids = ids.take(index)
+        reasons = pc.if_else(valid, reasons.take(index), pa.scalar(NULL_TOPIC, pa.string()))
+    if ids.null_count:
+        named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values), mask=ids.is_null())
+    else:
+        named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values))
     return pa.RecordBatch.from_arrays(
-        [*batch.columns, named, reason], names=[*batch.schema.names, SUBSCRIBERS, REASON]
+        [*batch.columns, named, reasons], names=[*batch.schema.names, SUBSCRIBERS, REASON]
     )
 
 
