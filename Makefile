@@ -82,4 +82,4 @@ demo: build java
 		--out $(DEMO_DIR)/out
 
 clean:
-	rm -rf target $(VENV)
+	rm -rf target dist $(VENV)
