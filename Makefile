@@ -17,7 +17,7 @@ LOOM_MAX_PREEMPTIONS ?= 2
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all venv build test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
+.PHONY: all venv build wheel java test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
 
 # Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
 FUZZ_TARGETS := parse differential
@@ -35,12 +35,18 @@ $(VENV)/.deps: pyproject.toml
 
 venv: $(VENV)/.deps
 
-# The extension, built in release mode and installed (editable) with the test extras. The bench
-# extra (the Python peers and matplotlib, about 30 s to install) is in, so the tests that check
-# each peer's answers against ours run in CI too.
+# The extension, built in release mode and installed (editable) with the test, lint, bench and
+# spark extras: the bench extra (the Python peers and matplotlib, about 30 s to install) lets the
+# tests that check each peer's answers against ours run in CI; the spark extra (PySpark,
+# pyarrow, pandas) serves the Spark tests and `make demo`.
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
-		$(BIN)/maturin develop --release --extras test,lint,bench --quiet
+		$(BIN)/maturin develop --release --extras test,lint,bench,spark --quiet
+
+# The wheel to install on Spark executors (and anywhere else): dist/topicmatch-*.whl.
+wheel: venv
+	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
+		$(BIN)/maturin build --release --out dist --quiet
 
 test: build test-rust test-loom test-python test-fuzz
 
@@ -53,7 +59,13 @@ test-loom:
 		CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test --release --lib loom; \
 	else echo "no loom models"; fi
 
-test-python: build
+# Spark runs on Java 17; install the headless runtime from Debian only when no java is found.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		echo "java not found: installing openjdk-17-jre-headless"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
+
+test-python: build java
 	$(BIN)/python -m pytest -q tests/python
 
 # cargo fuzz needs unstable flags; RUSTC_BOOTSTRAP=1 lets the stable compiler take them.
@@ -80,8 +92,21 @@ lint: build
 	$(BIN)/ruff format --check python tests benches
 	$(BIN)/python -m mypy.stubtest topicmatch._core
 
-demo: build
-	$(BIN)/python -m topicmatch.cli demo
+# The main job on local Spark: generate a sample, route it with `topicmatch route`, print the
+# summary. DEMO_* override the sample (e.g. `make demo DEMO_MESSAGES=100000`).
+DEMO_DIR ?= target/demo
+DEMO_DIALECT ?= mqtt
+DEMO_SUBSCRIPTIONS ?= 100000
+DEMO_MESSAGES ?= 1000000
+DEMO_MASTER ?= local[*]
+
+demo: build java
+	$(BIN)/topicmatch generate --out $(DEMO_DIR)/input --dialect $(DEMO_DIALECT) --format parquet \
+		--subscriptions $(DEMO_SUBSCRIPTIONS) --messages $(DEMO_MESSAGES)
+	$(BIN)/topicmatch route --dialect $(DEMO_DIALECT) --master '$(DEMO_MASTER)' \
+		--subscriptions $(DEMO_DIR)/input/$(DEMO_DIALECT)/subscriptions.parquet \
+		--messages $(DEMO_DIR)/input/$(DEMO_DIALECT)/messages.parquet \
+		--out $(DEMO_DIR)/out
 
 # The bench extra's exact pins, read from pyproject.toml and installed once.
 $(VENV)/.bench: pyproject.toml | venv
@@ -99,4 +124,4 @@ bench: build $(VENV)/.bench
 	$(BIN)/topicmatch bench --out bench-out $(BENCH_ARGS)
 
 clean:
-	rm -rf target $(VENV)
+	rm -rf target dist $(VENV)
