@@ -500,9 +500,10 @@ def _busy_alone(seconds: float) -> float:
 def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Topics per second of single `lookup` calls and of `lookup_many` at small batch sizes,
     alone and next to a CPU-bound Python thread, with the busy thread's progress. The binding
-    keeps the GIL for a single lookup on an index and for batches under `DETACH_BATCH` (8),
-    and releases it for NaiveMatcher lookups and larger batches; a release next to a busy
-    thread waits for that thread to give the GIL back (up to the 5 ms switch interval)."""
+    keeps the GIL for a single lookup on an index and for batches under `DETACH_WORK` (64 index
+    lookups; a NaiveMatcher lookup counts one per 64 patterns) and releases it above; a release
+    next to a busy thread waits for that thread to give the GIL back (up to the 5 ms switch
+    interval)."""
     rows = []
     busy_alone = _busy_alone(profile.min_time)
     sizes = sorted({1000, profile.headline_size})
@@ -845,7 +846,7 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
                         linestyle="--" if busy else "-",
                         label=f"{impl} {'beside busy thread' if busy else 'alone'}",
                     )
-        ax.axvline(8, color="grey", linestyle=":", label="DETACH_BATCH = 8")
+        ax.axvline(64, color="grey", linestyle=":", label="DETACH_WORK = 64")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("lookup_many batch size")

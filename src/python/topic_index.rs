@@ -2,11 +2,13 @@
 //! [`Registry`], and the methods of DESIGN.md written once. The classes in `matchers.rs` are
 //! generated from this by `topic_matcher_class!`.
 //!
-//! The GIL rule: a call releases the GIL (`Python::detach`) when its work can be long — a batch
-//! (`lookup_many`, `subscribe_many`), or a lookup on a matcher whose lookup cost grows with its
-//! size. A single lookup on an index is a microsecond: releasing and re-taking the GIL around it
-//! next to a CPU-bound Python thread would wait out the 5 ms switch interval each time (the GIL
-//! convoy), so it keeps the GIL. See BENCHMARKS.md for the measurements behind the thresholds.
+//! The GIL rule: a call releases the GIL (`Python::detach`) when its estimated work repays the
+//! cost of taking the GIL back beside a busy Python thread (measured at about 0.15 ms on
+//! average, 5 ms at worst: BENCHMARKS.md, "The GIL rule"). Work is counted in index lookups
+//! (a few microseconds each); a scan matcher's lookup counts one unit per [`SCAN_UNIT`]
+//! patterns. A lookup batch releases from [`DETACH_WORK`] units on (64 trie lookups, about
+//! 0.2 ms); a single trie lookup never does; bulk writes, `remove_subscriber` and
+//! `subscriptions` always do.
 
 use std::sync::Arc;
 
@@ -49,8 +51,11 @@ pub(crate) fn check_pickle_format(state: &Bound<'_, PyAny>) -> PyResult<()> {
 /// Long batches run in chunks of this many items, answering signals (Ctrl-C) between them.
 pub(crate) const CHUNK: usize = 4096;
 
-/// Batches of at least this many topics are looked up with the GIL released.
-pub(crate) const DETACH_BATCH: usize = 8;
+/// Lookups (in index-lookup units) from which a call releases the GIL.
+pub(crate) const DETACH_WORK: usize = 64;
+
+/// Patterns a scan matcher tests in about the time of one index lookup (20 tests per µs).
+pub(crate) const SCAN_UNIT: usize = 64;
 
 /// A core matcher and its subscriber registry.
 pub(crate) struct TopicIndex<M> {
@@ -58,8 +63,7 @@ pub(crate) struct TopicIndex<M> {
     pub(crate) registry: Arc<Registry>,
     /// Set on snapshots: every write raises `TypeError`.
     pub(crate) read_only: bool,
-    /// Whether a single lookup's cost grows with the number of patterns (the naive scan), so
-    /// that it pays to release the GIL around it.
+    /// Whether a lookup's cost grows with the number of patterns (the naive scan).
     pub(crate) scan_lookup: bool,
 }
 
@@ -87,6 +91,16 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             read_only: true,
             scan_lookup: self.scan_lookup,
         }
+    }
+
+    /// Whether looking up `topics` topics is work enough to release the GIL for.
+    fn detach_for(&self, topics: usize) -> bool {
+        let unit = if self.scan_lookup {
+            (self.core.len() / SCAN_UNIT).max(1)
+        } else {
+            1
+        };
+        topics.saturating_mul(unit) >= DETACH_WORK
     }
 
     fn writable(&self) -> PyResult<()> {
@@ -219,7 +233,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let text = utf8(topic, Kind::Topic)?;
         let topic = self.core.dialect().parse_topic(text).map_err(to_py)?;
         let guard = crossbeam_epoch::pin();
-        let ids = if self.scan_lookup {
+        let ids = if self.detach_for(1) {
             let core = &self.core;
             py.detach(|| core.lookup(&topic))
         } else {
@@ -254,7 +268,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             };
             // Pinned from the core's read to the conversion: see `Registry`.
             let guard = crossbeam_epoch::pin();
-            let results = if chunk.len() >= DETACH_BATCH {
+            let results = if self.detach_for(chunk.len()) {
                 py.detach(run)
             } else {
                 run()
