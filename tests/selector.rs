@@ -504,6 +504,8 @@ fn adversarial_templates_compile_small_and_match_fast() {
     // ...and past the size limit the template is refused, quickly, rather than compiled.
     let started = std::time::Instant::now();
     assert!(reason_of(&query(20_000)).contains("too large"));
+    assert!(reason_of(&"{a:64}".repeat(100_000)).contains("too large"));
+    assert!(reason_of(&format!("{{?{}}}", vec!["a:64"; 100_000].join(","))).contains("too large"));
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 

@@ -6,7 +6,7 @@
 //! `dunglas/skipfilter` (after `kevburnsjr/skipfilter`), which stopped Mercure from testing
 //! every selector of every subscriber against every topic of every update by caching, per
 //! topic, a roaring bitmap of the subscribers that want it. URI templates follow RFC 6570
-//! (see [`template`](self) docs in `template.rs`).
+//! (see [`template`]).
 //!
 //! # Selectors
 //!

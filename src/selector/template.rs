@@ -47,8 +47,9 @@
 //! Parsing is linear in the template. The regular expression is linear in the template's
 //! length, except for expressions with different prefix and separator, which are quadratic in
 //! their number of variables, at most [`EXACT_VARS_MAX`]; bounded prefixes add at most
-//! [`PREFIX_BOUND_MAX`] copies of one character class. Matching a topic is linear in the
-//! topic's length (the `regex` crate's guarantee).
+//! [`PREFIX_BOUND_MAX`] copies of one character class. A template whose regular expression
+//! would pass 4 MiB of source (checked while building it) or 1 MiB compiled is refused as too
+//! large. Matching a topic is linear in the topic's length (the `regex` crate's guarantee).
 
 use regex::{Regex, RegexBuilder};
 
@@ -66,6 +67,10 @@ pub const EXACT_VARS_MAX: usize = 8;
 
 /// Compiled size limit of one template or `re:` regular expression, in bytes.
 pub(crate) const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Longest regular-expression source a template may turn into, in bytes: checked while the
+/// source is built, so that a huge template is refused before it costs time or memory.
+const SOURCE_LIMIT: usize = 1 << 22;
 
 /// Lazy-DFA cache limit of one regular expression, in bytes.
 pub(crate) const REGEX_DFA_SIZE_LIMIT: usize = 1 << 18;
@@ -429,53 +434,61 @@ fn var_regex(row: &Row, cls: &Classes, var: &VarSpec) -> String {
     }
 }
 
-/// The regular expression of one expression: nothing, or the defined variables in order, the
-/// first after `first` and the others after `sep`.
-fn expression_regex(op: Operator, vars: &[VarSpec]) -> String {
+/// Appends the regular expression of one expression to `out`: nothing, or the defined
+/// variables in order, the first after `first` and the others after `sep`. `None` once `out`
+/// passes [`SOURCE_LIMIT`].
+fn expression_regex(op: Operator, vars: &[VarSpec], out: &mut String) -> Option<()> {
     let row = op.row();
     let cls = Classes::new(row.reserved);
     let vs: Vec<String> = vars.iter().map(|v| var_regex(&row, &cls, v)).collect();
     let first = regex::escape(row.first);
     let sep = regex::escape(row.sep);
-    let mut out = String::new();
+    let push = |out: &mut String, piece: &str| {
+        out.push_str(piece);
+        (out.len() <= SOURCE_LIMIT).then_some(())
+    };
     if row.first == row.sep {
         // Each defined variable is written after the same string: exact and linear.
         for v in &vs {
-            out.push_str(&format!("(?:{sep}{v})?"));
+            push(out, &format!("(?:{sep}{v})?"))?;
         }
     } else if vs.len() <= EXACT_VARS_MAX {
         // Which variable is the first defined one: exact, quadratic in the count.
-        out.push_str(&format!("(?:{first}(?:"));
+        push(out, &format!("(?:{first}(?:"))?;
         for (i, v) in vs.iter().enumerate() {
             if i > 0 {
-                out.push('|');
+                push(out, "|")?;
             }
-            out.push_str(v);
+            push(out, v)?;
             for w in &vs[i + 1..] {
-                out.push_str(&format!("(?:{sep}{w})?"));
+                push(out, &format!("(?:{sep}{w})?"))?;
             }
         }
-        out.push_str("))?");
+        push(out, "))?")?;
     } else {
         // Linear over-approximation: either string before any variable.
         for v in &vs {
-            out.push_str(&format!("(?:(?:{first}|{sep}){v})?"));
+            push(out, &format!("(?:(?:{first}|{sep}){v})?"))?;
         }
     }
-    out
+    Some(())
 }
 
-/// The anchored regular expression source of a parsed template.
-fn regex_source(parts: &[Part]) -> String {
+/// The anchored regular expression source of a parsed template; `None` if it would pass
+/// [`SOURCE_LIMIT`].
+fn regex_source(parts: &[Part]) -> Option<String> {
     let mut out = String::from("\\A");
     for part in parts {
         match part {
             Part::Literal(l) => out.push_str(&regex::escape(l)),
-            Part::Expression { op, vars } => out.push_str(&expression_regex(*op, vars)),
+            Part::Expression { op, vars } => expression_regex(*op, vars, &mut out)?,
+        }
+        if out.len() > SOURCE_LIMIT {
+            return None;
         }
     }
     out.push_str("\\z");
-    out
+    Some(out)
 }
 
 /// Builds a regular expression with the size limits every selector uses.
@@ -489,12 +502,16 @@ pub(crate) fn build_regex(source: &str) -> std::result::Result<Regex, regex::Err
 /// Parses `text` as a URI template and compiles it into an anchored regular expression.
 pub(crate) fn compile(text: &str) -> Result<Regex> {
     let parts = parse(text)?;
-    build_regex(&regex_source(&parts)).map_err(|e| match e {
-        regex::Error::CompiledTooBig(limit) => invalid(
+    let too_large = |limit: usize| {
+        invalid(
             text,
             0,
             format!("URI template too large to compile (over {limit} bytes)"),
-        ),
+        )
+    };
+    let source = regex_source(&parts).ok_or_else(|| too_large(SOURCE_LIMIT))?;
+    build_regex(&source).map_err(|e| match e {
+        regex::Error::CompiledTooBig(limit) => too_large(limit),
         other => invalid(text, 0, format!("URI template did not compile: {other}")),
     })
 }
