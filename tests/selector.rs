@@ -575,6 +575,14 @@ fn the_cache_evicts_and_counts() {
     );
     assert_eq!(idx.lookup(&["t/1"]), vec![1]);
     assert_eq!(idx.cache_stats().hits, 1);
+    let big = SelectorIndex::with_cache_size(2048); // sharded
+    big.subscribe("t/{x}", 1).unwrap();
+    for i in 0..5000 {
+        assert_eq!(big.lookup(&[&format!("t/{i}")]), vec![1]);
+    }
+    let s = big.cache_stats();
+    assert!(s.topics <= 2048 && s.topics > 1500, "{s:?}");
+    assert_eq!(s.evictions as usize, 5000 - s.topics);
     let off = SelectorIndex::with_cache_size(0);
     off.subscribe("t/{x}", 1).unwrap();
     assert_eq!(off.lookup(&["t/1", "t/2"]), vec![1]);

@@ -124,7 +124,8 @@ fn agree(cache: usize, ops: &[Op]) -> Result<usize, TestCaseError> {
 
 #[test]
 fn the_index_equals_brute_force_with_small_and_no_caches() {
-    for cache in [3, 1, 0, 1000] {
+    // 4096 splits the cache into shards; the others are one exact LRU.
+    for cache in [3, 1, 0, 1000, 4096] {
         let mut runner = TestRunner::new(Config {
             cases: 400,
             failure_persistence: None,
