@@ -29,7 +29,9 @@
 //! [`Selector::parse`] is linear in the selector (a `re:` pattern is compiled twice: alone, to
 //! check that it is a whole pattern, then anchored). [`Selector::admits`] is O(1) for `*`,
 //! linear in the topic otherwise (string comparison or one regex run, linear time by the
-//! `regex` crate's guarantee). Compiled regular expressions are capped at 1 MiB each.
+//! `regex` crate's guarantee); a template first compares the literal text before its first
+//! expression and after its last with the topic's ends, which rejects most topics without
+//! running the regex. Compiled regular expressions are capped at 1 MiB each.
 
 mod index;
 mod lru;
@@ -63,7 +65,10 @@ pub enum SelectorKind {
 enum Compiled {
     All,
     Exact,
-    Template(Regex),
+    /// The regex, and the lengths of the literal text before the first expression and after
+    /// the last: a topic must start and end with them, checked before the regex runs, so that
+    /// most rejections touch neither the regex nor its cache.
+    Template(Regex, usize, usize),
     Regex(Regex),
 }
 
@@ -106,7 +111,9 @@ impl Selector {
         } else if let Some(pattern) = text.strip_prefix(REGEX_PREFIX) {
             Compiled::Regex(compile_regex(text, pattern)?)
         } else if text.contains('{') {
-            Compiled::Template(template::compile(text)?)
+            let head = text.find('{').unwrap_or(0);
+            let tail = text.len() - text.rfind('}').map_or(text.len(), |i| i + 1);
+            Compiled::Template(template::compile(text)?, head, tail)
         } else {
             Compiled::Exact
         };
@@ -126,7 +133,7 @@ impl Selector {
         match self.compiled {
             Compiled::All => SelectorKind::All,
             Compiled::Exact => SelectorKind::Exact,
-            Compiled::Template(_) => SelectorKind::UriTemplate,
+            Compiled::Template(..) => SelectorKind::UriTemplate,
             Compiled::Regex(_) => SelectorKind::Regex,
         }
     }
@@ -136,7 +143,11 @@ impl Selector {
         match &self.compiled {
             Compiled::All => true,
             Compiled::Exact => *self.text == *topic,
-            Compiled::Template(re) => *self.text == *topic || re.is_match(topic),
+            Compiled::Template(re, head, tail) => {
+                topic.starts_with(&self.text[..*head])
+                    && topic.ends_with(&self.text[self.text.len() - tail..])
+                    && (*self.text == *topic || re.is_match(topic))
+            }
             Compiled::Regex(re) => re.is_match(topic),
         }
     }
