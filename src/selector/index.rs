@@ -414,6 +414,9 @@ impl SelectorIndex {
     /// The subscribers with a selector that admits at least one of `topics` (an update's
     /// topics), each once, in no particular order.
     pub fn lookup(&self, topics: &[&str]) -> Vec<SubscriberId> {
+        if topics.is_empty() {
+            return Vec::new();
+        }
         let t = read(&self.table);
         let mut found = RoaringBitmap::new();
         let Some(cache) = &self.cache else {
