@@ -28,6 +28,7 @@ pub mod error;
 pub mod matcher;
 pub mod naive;
 pub mod reference;
+pub mod selector;
 pub mod trie;
 
 mod sync;
@@ -41,4 +42,5 @@ pub use error::{Error, Invalid, Result};
 pub use matcher::{Matcher, SubscriberId};
 pub use naive::NaiveMatcher;
 pub use reference::matches;
+pub use selector::{Selector, SelectorIndex, SelectorKind};
 pub use trie::Trie;

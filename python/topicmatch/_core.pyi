@@ -13,6 +13,7 @@ __all__ = [
     "InvalidPattern",
     "InvalidTopic",
     "NaiveMatcher",
+    "SelectorIndex",
     "Trie",
     "__version__",
     "matches",
@@ -60,3 +61,23 @@ class CSTrie(_TopicMatcher):
     @property
     def read_only(self) -> bool:
         """Whether this is a read-only snapshot."""
+
+@final
+class SelectorIndex:
+    """Skipfilter-style index of URI-template, regular-expression and exact-topic selectors."""
+
+    def __new__(
+        cls, cache_size: int = 100000, subscriptions: _Pairs | None = None
+    ) -> SelectorIndex: ...
+    def subscribe(self, selector: _Text, subscriber: Hashable) -> bool:
+        """Subscribes to `*`, an exact topic, an RFC 6570 URI template or `re:<regex>`."""
+    def unsubscribe(self, selector: _Text, subscriber: Hashable) -> bool: ...
+    def remove_subscriber(self, subscriber: Hashable) -> int: ...
+    def lookup(self, topics: _Text | Iterable[_Text]) -> list[Hashable]: ...
+    def subscriptions(self) -> list[tuple[str, Hashable]]: ...
+    def cache_stats(self) -> dict[str, int]: ...
+    def __len__(self) -> int: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[SelectorIndex], tuple[int, list[tuple[str, Hashable]]], int]: ...
+    def __setstate__(self, state: int) -> None: ...

@@ -4,6 +4,7 @@
 mod errors;
 mod matchers;
 mod registry;
+mod selector;
 mod text;
 mod topic_index;
 
@@ -30,6 +31,8 @@ mod _core {
     use super::matchers::{CSTriePy, NaiveMatcherPy, TriePy};
     #[pymodule_export]
     use super::matches;
+    #[pymodule_export]
+    use super::selector::SelectorIndexPy;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
