@@ -141,10 +141,21 @@ impl CSTrie {
     }
 
     /// Under loom the default collector is a loom `lazy_static`, so each trie family carries
-    /// a collector made inside the model.
+    /// a collector made inside the model, and each loom thread keeps one handle on it, as
+    /// `epoch::pin` keeps one per thread on the default collector.
     #[cfg(loom)]
     fn pin(&self) -> Guard {
-        self.collector.register().pin()
+        loom::thread_local! {
+            static HANDLE: std::cell::RefCell<Option<crossbeam_epoch::LocalHandle>> =
+                std::cell::RefCell::new(None);
+        }
+        HANDLE.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.as_ref().is_none_or(|h| h.collector() != &self.collector) {
+                *h = Some(self.collector.register());
+            }
+            h.as_ref().expect("just set").pin()
+        })
     }
 
     /// The C-node of a main node, or `None` for a T-node.
@@ -763,9 +774,10 @@ mod loom_support {
 
     /// `loom::model`, with the body on a thread of its own with a usable stack.
     pub(crate) fn model(f: impl Fn() + Send + Sync + 'static) {
-        let f = Arc::new(f);
+        // A std `Arc`: it is made outside the model, where loom's cannot be.
+        let f = std::sync::Arc::new(f);
         loom::model(move || {
-            let f = Arc::clone(&f);
+            let f = std::sync::Arc::clone(&f);
             spawn(move || f()).join().unwrap();
         });
     }
