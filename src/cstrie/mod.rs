@@ -594,20 +594,13 @@ impl CSTrie {
         }
     }
 
-    /// The read-only view to walk: `self` if it is one, else a fresh snapshot.
-    fn frozen(&self) -> std::borrow::Cow<'_, CSTrie> {
+    /// Walks `self` if it is read-only, else a fresh snapshot of it.
+    fn for_each_frozen_pattern(&self, f: &mut impl FnMut(&str, &PSet)) {
         if self.read_only {
-            std::borrow::Cow::Borrowed(self)
+            self.for_each_pattern(f);
         } else {
-            std::borrow::Cow::Owned(self.snapshot())
+            self.snapshot().for_each_pattern(f);
         }
-    }
-}
-
-impl Clone for CSTrie {
-    /// A read-only snapshot: cloning is how `Cow` and iterators hold one.
-    fn clone(&self) -> Self {
-        self.snapshot()
     }
 }
 
@@ -712,7 +705,7 @@ impl Matcher for CSTrie {
 
     fn subscriptions(&self) -> Vec<(String, SubscriberId)> {
         let mut pairs = Vec::new();
-        self.frozen().for_each_pattern(&mut |text, subs| {
+        self.for_each_frozen_pattern(&mut |text, subs| {
             subs.for_each(&mut |&id, _| pairs.push((text.to_owned(), id)));
         });
         pairs
