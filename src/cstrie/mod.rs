@@ -523,7 +523,7 @@ impl CSTrie {
                 let Some(cn) = p.next.and_then(|x| self.read(x, reads, guard)) else {
                     continue;
                 };
-                if let Some(b) = cn.words.get(*word) {
+                if let Some(b) = cn.get(Key::Word(word)) {
                     self.enter(live_branch(b, false), zero_or_more, &mut next, reads, guard);
                 }
                 if wildcards_allowed {
