@@ -34,7 +34,9 @@
 //! overflows its stack; see the regression test). An I-node of an older generation is renewed
 //! alone, by one GCAS on its parent, rather than by renewing every child of the parent's
 //! C-node (`CNode.renewed`): with 1,000,000 siblings the paper's way would cost O(siblings).
-//! Lookups never write, so they work the same on read-only snapshots.
+//! Lookups change nothing of their own: they only help finish a GCAS or RDCSS left pending by
+//! a writer (as every reader must), never clean tombs, so they work the same on read-only
+//! snapshots.
 //!
 //! Reclamation is crossbeam-epoch: every operation pins, main nodes and root nodes are retired
 //! with `defer_destroy` by the one thread that unlinks them, and I-nodes are shared by `Arc`
