@@ -15,9 +15,10 @@
 //!    tombed, until someone cleans it).
 //! 2. `here` (the subscribers of the empty pattern, AMQP only) is non-empty only at the root.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
-use super::hamt::{PMap, PSet};
+use super::hamt::{HashKey, PMap, PSet};
 use super::inode::INode;
 use crate::dialect::Token;
 
@@ -32,6 +33,47 @@ impl Branch {
     /// Whether the branch holds nothing and can go.
     pub(crate) fn is_empty(&self) -> bool {
         self.subs.is_empty() && self.next.is_none()
+    }
+}
+
+/// A word and its branch, behind one `Arc`: the word map's key carries the branch, so copying
+/// a 32-slot map node on a write touches one reference count per slot, not three (word,
+/// subscriber set, next I-node), each on its own cache line.
+#[derive(Clone)]
+pub(crate) struct Word(Arc<WordBranch>);
+
+pub(crate) struct WordBranch {
+    word: Box<str>,
+    branch: Branch,
+}
+
+impl Word {
+    fn new(word: &str, branch: Branch) -> Word {
+        Word(Arc::new(WordBranch {
+            word: word.into(),
+            branch,
+        }))
+    }
+}
+
+/// Words compare by their text only: the branch rides along.
+impl PartialEq for Word {
+    fn eq(&self, other: &Word) -> bool {
+        self.0.word == other.0.word
+    }
+}
+
+impl Eq for Word {}
+
+impl Borrow<str> for Word {
+    fn borrow(&self) -> &str {
+        &self.0.word
+    }
+}
+
+impl HashKey for Word {
+    fn hash64(&self) -> u64 {
+        self.0.word.hash64()
     }
 }
 
@@ -58,7 +100,7 @@ impl<'a> Key<'a> {
 #[derive(Clone, Default)]
 pub(crate) struct CNode {
     pub(crate) here: PSet,
-    pub(crate) words: PMap<Arc<str>, Branch>,
+    pub(crate) words: PMap<Word, ()>,
     pub(crate) one: Option<Branch>,
     pub(crate) many: Option<Branch>,
 }
@@ -72,7 +114,7 @@ impl CNode {
     /// The branch of `key`.
     pub(crate) fn get(&self, key: Key<'_>) -> Option<&Branch> {
         match key {
-            Key::Word(w) => self.words.get(w),
+            Key::Word(w) => self.words.get_key_value(w).map(|(k, _)| &k.0.branch),
             Key::One => self.one.as_ref(),
             Key::Many => self.many.as_ref(),
         }
@@ -86,7 +128,7 @@ impl CNode {
         match key {
             Key::Word(w) => {
                 cn.words = if keep {
-                    cn.words.insert(Arc::from(w), branch)
+                    cn.words.insert(Word::new(w, branch), ())
                 } else {
                     cn.words.remove(w).unwrap_or(cn.words)
                 }
@@ -99,7 +141,8 @@ impl CNode {
 
     /// Calls `f` on every branch with its key.
     pub(crate) fn for_each_branch<'a>(&'a self, f: &mut impl FnMut(Key<'a>, &'a Branch)) {
-        self.words.for_each(&mut |w, b| f(Key::Word(w), b));
+        self.words
+            .for_each(&mut |k, _| f(Key::Word(&k.0.word), &k.0.branch));
         if let Some(b) = &self.one {
             f(Key::One, b);
         }
@@ -113,7 +156,12 @@ impl CNode {
         let CNode {
             words, one, many, ..
         } = self;
-        words.drain_unique(&mut |b: Branch| out.extend(b.next));
+        words.drain_unique(&mut |k: Word, ()| {
+            // A word shared with another map stays with it.
+            if let Some(wb) = Arc::into_inner(k.0) {
+                out.extend(wb.branch.next);
+            }
+        });
         out.extend(one.and_then(|b| b.next));
         out.extend(many.and_then(|b| b.next));
     }

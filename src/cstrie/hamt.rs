@@ -164,9 +164,9 @@ impl<K, V> PMap<K, V> {
         }
     }
 
-    /// Consumes the map, handing `f` every value held by a node nobody else shares. Values in
+    /// Consumes the map, handing `f` every pair held by a node nobody else shares. Pairs in
     /// shared nodes stay with their other owners. Used by the iterative drop of `INode`s.
-    pub(crate) fn drain_unique(self, f: &mut impl FnMut(V)) {
+    pub(crate) fn drain_unique(self, f: &mut impl FnMut(K, V)) {
         if let Some(node) = self.root.and_then(Arc::into_inner) {
             node.drain_unique(f);
         }
@@ -176,6 +176,15 @@ impl<K, V> PMap<K, V> {
 impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
     /// The value of `key`.
     pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: HashKey + Eq + ?Sized,
+    {
+        self.get_key_value(key).map(|(_, v)| v)
+    }
+
+    /// The stored key and value of `key`.
+    pub(crate) fn get_key_value<Q>(&self, key: &Q) -> Option<(&K, &V)>
     where
         K: Borrow<Q>,
         Q: HashKey + Eq + ?Sized,
@@ -195,7 +204,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
                             hash: h,
                             key: k,
                             value,
-                        } => return (*h == hash && k.borrow() == key).then_some(value),
+                        } => return (*h == hash && k.borrow() == key).then_some((k, value)),
                         Slot::Node(next) => {
                             node = next;
                             shift += BITS;
@@ -206,7 +215,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
                     return pairs
                         .iter()
                         .find(|(k, _)| k.borrow() == key)
-                        .map(|(_, v)| v)
+                        .map(|(k, v)| (k, v))
                 }
             }
         }
@@ -221,7 +230,8 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         self.get(key).is_some()
     }
 
-    /// The map with `key` bound to `value` (a key already there keeps its stored key).
+    /// The map with `key` bound to `value`; an equal key already there is replaced too, since
+    /// a key may carry data (the C-node's word keys carry their branch).
     pub(crate) fn insert(&self, key: K, value: V) -> Self {
         let hash = key.hash64();
         match &self.root {
@@ -280,12 +290,12 @@ impl<K, V> Node<K, V> {
         }
     }
 
-    fn drain_unique(self, f: &mut impl FnMut(V)) {
+    fn drain_unique(self, f: &mut impl FnMut(K, V)) {
         match self {
             Node::Branch { slots, .. } => {
                 for slot in slots {
                     match slot {
-                        Slot::Leaf { value, .. } => f(value),
+                        Slot::Leaf { key, value, .. } => f(key, value),
                         Slot::Node(n) => {
                             if let Some(n) = Arc::into_inner(n) {
                                 n.drain_unique(f);
@@ -294,7 +304,7 @@ impl<K, V> Node<K, V> {
                     }
                 }
             }
-            Node::Collision { pairs } => pairs.into_iter().for_each(|(_, v)| f(v)),
+            Node::Collision { pairs } => pairs.into_iter().for_each(|(k, v)| f(k, v)),
         }
     }
 }
@@ -350,6 +360,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
                         value: v,
                     } => {
                         if *h == hash && *k == key {
+                            *k = key;
                             *v = value;
                             false
                         } else {
@@ -376,7 +387,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
             Node::Collision { pairs } => {
                 let mut pairs = pairs.clone();
                 if let Some(p) = pairs.iter_mut().find(|(k, _)| *k == key) {
-                    p.1 = value;
+                    *p = (key, value);
                     (Node::Collision { pairs }, false)
                 } else {
                     pairs.push((key, value));

@@ -34,7 +34,9 @@
 //! overflows its stack; see the regression test). An I-node of an older generation is renewed
 //! alone, by one GCAS on its parent, rather than by renewing every child of the parent's
 //! C-node (`CNode.renewed`): with 1,000,000 siblings the paper's way would cost O(siblings).
-//! Lookups never write, so they work the same on read-only snapshots.
+//! Lookups change nothing of their own: they only help finish a GCAS or RDCSS left pending by
+//! a writer (as every reader must), never clean tombs, so they work the same on read-only
+//! snapshots.
 //!
 //! Reclamation is crossbeam-epoch: every operation pins, main nodes and root nodes are retired
 //! with `defer_destroy` by the one thread that unlinks them, and I-nodes are shared by `Arc`
@@ -141,10 +143,21 @@ impl CSTrie {
     }
 
     /// Under loom the default collector is a loom `lazy_static`, so each trie family carries
-    /// a collector made inside the model.
+    /// a collector made inside the model, and each loom thread keeps one handle on it, as
+    /// `epoch::pin` keeps one per thread on the default collector.
     #[cfg(loom)]
     fn pin(&self) -> Guard {
-        self.collector.register().pin()
+        loom::thread_local! {
+            static HANDLE: std::cell::RefCell<Option<crossbeam_epoch::LocalHandle>> =
+                std::cell::RefCell::new(None);
+        }
+        HANDLE.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.as_ref().is_none_or(|h| h.collector() != &self.collector) {
+                *h = Some(self.collector.register());
+            }
+            h.as_ref().expect("just set").pin()
+        })
     }
 
     /// The C-node of a main node, or `None` for a T-node.
@@ -512,7 +525,7 @@ impl CSTrie {
                 let Some(cn) = p.next.and_then(|x| self.read(x, reads, guard)) else {
                     continue;
                 };
-                if let Some(b) = cn.words.get(*word) {
+                if let Some(b) = cn.get(Key::Word(word)) {
                     self.enter(live_branch(b, false), zero_or_more, &mut next, reads, guard);
                 }
                 if wildcards_allowed {
@@ -583,20 +596,13 @@ impl CSTrie {
         }
     }
 
-    /// The read-only view to walk: `self` if it is one, else a fresh snapshot.
-    fn frozen(&self) -> std::borrow::Cow<'_, CSTrie> {
+    /// Walks `self` if it is read-only, else a fresh snapshot of it.
+    fn for_each_frozen_pattern(&self, f: &mut impl FnMut(&str, &PSet)) {
         if self.read_only {
-            std::borrow::Cow::Borrowed(self)
+            self.for_each_pattern(f);
         } else {
-            std::borrow::Cow::Owned(self.snapshot())
+            self.snapshot().for_each_pattern(f);
         }
-    }
-}
-
-impl Clone for CSTrie {
-    /// A read-only snapshot: cloning is how `Cow` and iterators hold one.
-    fn clone(&self) -> Self {
-        self.snapshot()
     }
 }
 
@@ -701,7 +707,7 @@ impl Matcher for CSTrie {
 
     fn subscriptions(&self) -> Vec<(String, SubscriberId)> {
         let mut pairs = Vec::new();
-        self.frozen().for_each_pattern(&mut |text, subs| {
+        self.for_each_frozen_pattern(&mut |text, subs| {
             subs.for_each(&mut |&id, _| pairs.push((text.to_owned(), id)));
         });
         pairs
@@ -763,9 +769,10 @@ mod loom_support {
 
     /// `loom::model`, with the body on a thread of its own with a usable stack.
     pub(crate) fn model(f: impl Fn() + Send + Sync + 'static) {
-        let f = Arc::new(f);
+        // A std `Arc`: it is made outside the model, where loom's cannot be.
+        let f = std::sync::Arc::new(f);
         loom::model(move || {
-            let f = Arc::clone(&f);
+            let f = std::sync::Arc::clone(&f);
             spawn(move || f()).join().unwrap();
         });
     }
