@@ -22,6 +22,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bitmap;
 pub mod dialect;
 pub mod error;
 pub mod matcher;
@@ -32,6 +33,7 @@ pub mod trie;
 #[cfg(feature = "python")]
 mod python;
 
+pub use bitmap::{HeadersMatcher, HeadersSubscription, InvertedBitmap, LevelBitmap, MatchMode};
 pub use dialect::{Dialect, Pattern, Token, Topic};
 pub use error::{Error, Invalid, Result};
 pub use matcher::{Matcher, SubscriberId};
