@@ -43,7 +43,7 @@ mod headers;
 mod inverted;
 mod level;
 
-pub use headers::{HeadersMatcher, HeadersSubscription, MatchMode};
+pub use headers::{Criterion, HeadersMatcher, HeadersSubscription, MatchMode};
 pub use inverted::InvertedBitmap;
 pub use level::LevelBitmap;
 
