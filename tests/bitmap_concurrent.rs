@@ -145,3 +145,60 @@ fn headers_matcher_serves_readers_during_writes() {
     });
     assert_eq!(m.len(), (THREADS * 5 * 7) as usize);
 }
+
+/// Writers churn patterns, so pattern numbers are freed and reused all the time, while
+/// readers look up topics: subscribers of patterns that never match must never appear, and
+/// the subscribers subscribed before the threads started must always appear.
+fn churn(name: &str, m: &dyn Matcher) {
+    let topics = ["s.x", "s.y.z", "t"];
+    // Stable: ids 0..3, matching every topic.
+    for (i, p) in ["#", "*.#", "#.*"].iter().enumerate() {
+        m.subscribe_str(p, i as u32).unwrap();
+    }
+    let never = &(1_000..2_000u32); // patterns matching none of the topics
+    let maybe = &(2_000..3_000u32); // patterns matching some
+    std::thread::scope(|s| {
+        for w in 0..2u32 {
+            s.spawn(move || {
+                for i in 0..1_500u32 {
+                    let (never_p, maybe_p) = (format!("n{}.#", i % 13), format!("s.#.{}", i % 3));
+                    let (a, b) = (1_000 + w * 100 + i % 50, 2_000 + w * 100 + i % 50);
+                    m.subscribe_str(&never_p, a).unwrap();
+                    m.subscribe_str(&maybe_p, b).unwrap();
+                    m.unsubscribe_str(&never_p, a).unwrap();
+                    if i % 3 == 0 {
+                        m.remove_subscriber(b);
+                    }
+                }
+            });
+        }
+        for r in 0..2usize {
+            s.spawn(move || {
+                for i in 0..6_000usize {
+                    let got = m.lookup_str(topics[(i + r) % topics.len()]).unwrap();
+                    for id in 0..3 {
+                        assert!(
+                            got.contains(&id),
+                            "{name}: stable {id} missing from {got:?}"
+                        );
+                    }
+                    assert!(
+                        !got.iter().any(|id| never.contains(id)),
+                        "{name}: a never-matching subscriber in {got:?}"
+                    );
+                    assert!(got.iter().all(|id| *id < 3 || maybe.contains(id)));
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn reused_pattern_numbers_never_leak_into_lookups() {
+    churn("InvertedBitmap", &InvertedBitmap::new(Dialect::Amqp));
+    churn(
+        "InvertedBitmap(cache=2)",
+        &InvertedBitmap::with_cache_size(Dialect::Amqp, 2),
+    );
+    churn("LevelBitmap", &LevelBitmap::new(Dialect::Amqp));
+}

@@ -501,4 +501,66 @@ mod tests {
         });
         assert_eq!(sorted(m.lookup_str("a").unwrap()), vec![1, 2]);
     }
+
+    /// Publishes a subscribe in the table only, as a writer that has not yet reached the cache.
+    fn subscribe_table_only(m: &InvertedBitmap, pattern: &str, id: SubscriberId) {
+        let p = m.dialect.parse_pattern(pattern).unwrap();
+        m.table.write(|t| {
+            let changes = match t.patterns.subscribe(&p, id) {
+                Some((n, true)) => vec![PatternChange::Added(n)],
+                _ => Vec::new(),
+            };
+            InvertedBitmap::bump(t, changes);
+        });
+    }
+
+    fn entry_generation(m: &InvertedBitmap, topic: &str) -> Option<u64> {
+        read(m.cache.shard(topic))
+            .map
+            .get(topic)
+            .map(|e| e.generation)
+    }
+
+    #[test]
+    fn an_entry_two_generations_old_is_recomputed_and_replaced() {
+        let m = InvertedBitmap::new(Dialect::Mqtt);
+        m.subscribe_str("a/+", 1).unwrap();
+        m.lookup_str("a/b").unwrap();
+        assert_eq!(entry_generation(&m, "a/b"), Some(1));
+        subscribe_table_only(&m, "a/b", 2);
+        subscribe_table_only(&m, "#", 3);
+        assert_eq!(sorted(m.lookup_str("a/b").unwrap()), vec![1, 2, 3]);
+        assert_eq!(entry_generation(&m, "a/b"), Some(3));
+        // A writer arriving late for generation 3 finds the entry current and leaves it.
+        let p = m.dialect.parse_pattern("#").unwrap();
+        m.update_cache(3, &[(PatternChange::Added(2), Some(p))]);
+        assert_eq!(sorted(m.lookup_str("a/b").unwrap()), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn an_older_result_never_overwrites_a_newer_entry() {
+        let m = InvertedBitmap::new(Dialect::Amqp);
+        m.subscribe_str("a", 1).unwrap();
+        m.lookup_str("a").unwrap();
+        let mut stale = RoaringBitmap::new();
+        stale.insert(7);
+        m.cache.insert("a", stale, 0);
+        assert_eq!(entry_generation(&m, "a"), Some(1));
+        assert_eq!(m.lookup_str("a").unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn a_reused_number_is_never_read_through_a_stale_bit() {
+        let m = InvertedBitmap::new(Dialect::Amqp);
+        m.subscribe_str("a", 1).unwrap(); // number 0 matches "a"
+        m.lookup_str("a").unwrap();
+        // Remove it and reuse number 0 for a pattern that does not match, all behind the
+        // cache's back: the entry is two generations old and must not be trusted.
+        m.table.write(|t| {
+            let (n, _) = t.patterns.unsubscribe("a", 1).unwrap();
+            InvertedBitmap::bump(t, vec![PatternChange::Removed(n)]);
+        });
+        subscribe_table_only(&m, "b", 2);
+        assert!(m.lookup_str("a").unwrap().is_empty());
+    }
 }
