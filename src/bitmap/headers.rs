@@ -51,12 +51,13 @@
 //!
 //! # Concurrency
 //!
-//! The state is a [`LeftRight`] (see the [module docs](super)): lookups never block, a write
+//! The state is a `LeftRight` (see the [module docs](super)): lookups never block, a write
 //! applies its change to both copies in turn.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
@@ -170,7 +171,7 @@ struct State {
     criteria: Vec<CriterionSlot>,
     criteria_free: BTreeSet<u32>,
     /// Distinct subscriptions, numbered.
-    numbers: HashMap<Key, u32>,
+    numbers: HashMap<Arc<Key>, u32>,
     slots: Vec<Option<Subscription>>,
     free: BTreeSet<u32>,
     /// `all` subscriptions without counted criteria: they match every message.
@@ -192,7 +193,8 @@ struct CriterionSlot {
 
 #[derive(Clone, Debug)]
 struct Subscription {
-    key: Key,
+    /// Shared with `numbers` and with the other left-right copy.
+    key: Arc<Key>,
     /// Numbers of the counted criteria.
     counted: Vec<u32>,
     /// Sorted, no duplicates.
@@ -270,8 +272,8 @@ impl State {
         }
     }
 
-    fn subscribe(&mut self, key: Key, id: SubscriberId) -> bool {
-        let s = match self.numbers.get(&key) {
+    fn subscribe(&mut self, key: &Arc<Key>, id: SubscriberId) -> bool {
+        let s = match self.numbers.get(&**key) {
             Some(&s) => s,
             None => {
                 let s = match self.free.pop_first() {
@@ -293,9 +295,9 @@ impl State {
                 if counted.is_empty() && mode.needs_all() {
                     self.always.insert(s);
                 }
-                self.numbers.insert(key.clone(), s);
+                self.numbers.insert(Arc::clone(key), s);
                 self.slots[s as usize] = Some(Subscription {
-                    key,
+                    key: Arc::clone(key),
                     counted,
                     subscribers: Vec::new(),
                 });
@@ -331,7 +333,7 @@ impl State {
             return true;
         }
         let slot = self.slots[s as usize].take().expect("numbered");
-        self.numbers.remove(&slot.key);
+        self.numbers.remove(&*slot.key);
         self.always.remove(s);
         let mode = slot.key.1;
         let mut counted = slot.counted.iter();
@@ -443,8 +445,8 @@ impl HeadersMatcher {
     /// Adds the subscription `(criteria, mode)` for `id`; `true` if it was not there. A name
     /// given twice keeps its last value.
     pub fn subscribe(&self, criteria: &[Criterion], id: SubscriberId, mode: MatchMode) -> bool {
-        let key = (normalise(criteria), mode);
-        self.state.write(|s| s.subscribe(key.clone(), id))
+        let key = Arc::new((normalise(criteria), mode));
+        self.state.write(|s| s.subscribe(&key, id))
     }
 
     /// Removes the subscription `(criteria, mode)` of `id`; `true` if it was there.

@@ -22,7 +22,7 @@
 //!
 //! # Concurrency
 //!
-//! The pattern table (numbers, patterns, subscribers) is a [`LeftRight`]: lookups never block
+//! The pattern table (numbers, patterns, subscribers) is a `LeftRight`: lookups never block
 //! on it. The topic cache is written by lookups too, so it cannot be part of it; it is split
 //! into shards by topic hash, each a `RwLock`ed map, and is versioned:
 //!
@@ -149,7 +149,7 @@ impl InvertedBitmap {
 
     /// Brings the cache entries of generation `generation - 1` to `generation`, which the
     /// table has published with `changes`. Caller holds no lock.
-    fn update_cache(&self, generation: u64, changes: &[(PatternChange, Option<Pattern>)]) {
+    fn update_cache(&self, generation: u64, changes: &[(PatternChange, Option<Arc<Pattern>>)]) {
         if self.cache.capacity == 0 || changes.is_empty() {
             return;
         }
@@ -208,7 +208,7 @@ impl InvertedBitmap {
             if changes.is_empty() {
                 return (result, Vec::new(), t.generation);
             }
-            let with_patterns: Vec<(PatternChange, Option<Pattern>)> = changes
+            let with_patterns: Vec<(PatternChange, Option<Arc<Pattern>>)> = changes
                 .iter()
                 .map(|c| match c {
                     PatternChange::Added(n) => {
@@ -352,7 +352,8 @@ impl Matcher for InvertedBitmap {
             self.dialect,
             "pattern of another dialect"
         );
-        self.write_table(|t| match t.subscribe(pattern, id) {
+        let pattern = Arc::new(pattern.clone());
+        self.write_table(|t| match t.subscribe(&pattern, id) {
             None => (false, Vec::new()),
             Some((n, true)) => (true, vec![PatternChange::Added(n)]),
             Some((_, false)) => (true, Vec::new()),
@@ -496,7 +497,7 @@ mod tests {
         // Age the entry by hand, as if the writer had not reached its shard yet.
         m.table.write(|t| {
             t.patterns
-                .subscribe(&Dialect::Amqp.parse_pattern("*").unwrap(), 2);
+                .subscribe(&Arc::new(Dialect::Amqp.parse_pattern("*").unwrap()), 2);
             InvertedBitmap::bump(t, vec![PatternChange::Added(1)]);
         });
         assert_eq!(sorted(m.lookup_str("a").unwrap()), vec![1, 2]);
@@ -504,7 +505,7 @@ mod tests {
 
     /// Publishes a subscribe in the table only, as a writer that has not yet reached the cache.
     fn subscribe_table_only(m: &InvertedBitmap, pattern: &str, id: SubscriberId) {
-        let p = m.dialect.parse_pattern(pattern).unwrap();
+        let p = Arc::new(m.dialect.parse_pattern(pattern).unwrap());
         m.table.write(|t| {
             let changes = match t.patterns.subscribe(&p, id) {
                 Some((n, true)) => vec![PatternChange::Added(n)],
@@ -532,7 +533,7 @@ mod tests {
         assert_eq!(sorted(m.lookup_str("a/b").unwrap()), vec![1, 2, 3]);
         assert_eq!(entry_generation(&m, "a/b"), Some(3));
         // A writer arriving late for generation 3 finds the entry current and leaves it.
-        let p = m.dialect.parse_pattern("#").unwrap();
+        let p = Arc::new(m.dialect.parse_pattern("#").unwrap());
         m.update_cache(3, &[(PatternChange::Added(2), Some(p))]);
         assert_eq!(sorted(m.lookup_str("a/b").unwrap()), vec![1, 2, 3]);
     }

@@ -44,10 +44,11 @@
 //!
 //! # Concurrency
 //!
-//! The whole state is a [`LeftRight`] (see the [module docs](super)): lookups never block, a
+//! The whole state is a `LeftRight` (see the [module docs](super)): lookups never block, a
 //! write applies its change to both copies in turn.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
@@ -287,12 +288,13 @@ impl Matcher for LevelBitmap {
             "pattern of another dialect"
         );
         let d = self.dialect;
+        let pattern = Arc::new(pattern.clone());
         self.state
-            .write(|s| match s.patterns.subscribe(pattern, id) {
+            .write(|s| match s.patterns.subscribe(&pattern, id) {
                 None => false,
                 Some((n, new)) => {
                     if new {
-                        s.index(d, pattern, n, true);
+                        s.index(d, &pattern, n, true);
                     }
                     true
                 }

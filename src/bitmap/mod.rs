@@ -12,7 +12,7 @@
 //!
 //! # Concurrency: left-right copies
 //!
-//! All three keep their index in a [`LeftRight`]: two copies of the state, each behind its own
+//! All three keep their index in a `LeftRight`: two copies of the state, each behind its own
 //! `RwLock`, and an atomic index naming the published one.
 //!
 //! - A reader loads the index and `try_read`s that copy; if the copy is taken by the writer it
@@ -44,12 +44,12 @@ mod inverted;
 mod level;
 
 pub use headers::{Criterion, HeadersMatcher, HeadersSubscription, MatchMode};
-pub use inverted::InvertedBitmap;
-pub use level::LevelBitmap;
+pub use inverted::{InvertedBitmap, DEFAULT_CACHE_SIZE};
+pub use level::{LevelBitmap, MAX_LEVELS};
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock, RwLockReadGuard, TryLockError};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, TryLockError};
 
 use crate::dialect::Pattern;
 use crate::matcher::SubscriberId;
@@ -132,7 +132,8 @@ impl<T> LeftRight<T> {
 /// One distinct pattern and its subscribers.
 #[derive(Clone, Debug)]
 pub(crate) struct Slot {
-    pub(crate) pattern: Pattern,
+    /// Shared by both left-right copies.
+    pub(crate) pattern: Arc<Pattern>,
     /// Sorted, no duplicates.
     pub(crate) subscribers: Vec<SubscriberId>,
 }
@@ -184,7 +185,11 @@ impl PatternTable {
 
     /// Adds the pair. `None` if it was there; else the pattern's number and whether the
     /// pattern is new.
-    pub(crate) fn subscribe(&mut self, pattern: &Pattern, id: SubscriberId) -> Option<(u32, bool)> {
+    pub(crate) fn subscribe(
+        &mut self,
+        pattern: &Arc<Pattern>,
+        id: SubscriberId,
+    ) -> Option<(u32, bool)> {
         let (n, new) = match self.numbers.get(pattern.text()) {
             Some(&n) => (n, false),
             None => {
@@ -197,7 +202,7 @@ impl PatternTable {
                     }
                 };
                 self.slots[n as usize] = Some(Slot {
-                    pattern: pattern.clone(),
+                    pattern: Arc::clone(pattern),
                     subscribers: Vec::new(),
                 });
                 self.numbers.insert(pattern.text().into(), n);
@@ -235,7 +240,7 @@ impl PatternTable {
 
     /// Removes `id` from pattern `n`; `None` if absent, else the pattern if it is gone.
     /// Leaves `by_subscriber` to the caller.
-    fn remove_pair(&mut self, n: u32, id: SubscriberId) -> Option<Option<Pattern>> {
+    fn remove_pair(&mut self, n: u32, id: SubscriberId) -> Option<Option<Arc<Pattern>>> {
         let slot = self.slots.get_mut(n as usize)?.as_mut()?;
         let at = slot.subscribers.binary_search(&id).ok()?;
         slot.subscribers.remove(at);
@@ -257,7 +262,10 @@ impl PatternTable {
 
     /// Removes every pair of `id`: the numbers of its patterns, in increasing order, each
     /// with the pattern if it is gone (its number freed).
-    pub(crate) fn remove_subscriber(&mut self, id: SubscriberId) -> Vec<(u32, Option<Pattern>)> {
+    pub(crate) fn remove_subscriber(
+        &mut self,
+        id: SubscriberId,
+    ) -> Vec<(u32, Option<Arc<Pattern>>)> {
         let Some(numbers) = self.by_subscriber.remove(&id) else {
             return Vec::new();
         };
@@ -283,8 +291,8 @@ mod tests {
     use super::*;
     use crate::dialect::Dialect;
 
-    fn p(text: &str) -> Pattern {
-        Dialect::Amqp.parse_pattern(text).unwrap()
+    fn p(text: &str) -> Arc<Pattern> {
+        Arc::new(Dialect::Amqp.parse_pattern(text).unwrap())
     }
 
     #[test]
