@@ -41,13 +41,16 @@
 //! So a lookup never waits for a writer that is testing patterns: it waits at most for one
 //! batch of 64 bit updates in its shard, or for another lookup inserting into its shard. The
 //! shard locks are `RwLock`s, so lookups of cached topics share them; recency is an atomic tick
-//! per entry, written under the read lock.
+//! per entry, written under the read lock only when it changes.
 //!
 //! # Cache
 //!
 //! A bounded LRU by shard: a shard that is full evicts its least recently used eighth (at
 //! least one entry) before inserting, so eviction costs O(1) amortised per insert and the cache
-//! never holds more than its size. A cache of size 0 caches nothing: every lookup tests every
+//! never holds more than its size. Recency is kept at the granularity of inserts: the shard's
+//! clock advances at each insert, and a lookup stamps its entry with the clock's current value,
+//! so entries used since the same insert tie (the victim among them is arbitrary). The topic
+//! space is split over up to 64 shards by hash, so the LRU order is per shard. A cache of size 0 caches nothing: every lookup tests every
 //! pattern.
 
 use std::collections::HashMap;
@@ -103,7 +106,9 @@ struct Cache {
 #[derive(Debug, Default)]
 struct Shard {
     map: HashMap<Arc<str>, Entry>,
-    /// Recency clock: each use of an entry stamps it with the next tick.
+    /// Recency clock, advanced by each insert (under the write lock); a use stamps the entry
+    /// with the current tick. Readers only load it, so a hot topic's readers do not all write
+    /// one shared counter.
     clock: AtomicU64,
 }
 
@@ -267,6 +272,15 @@ impl Table {
     }
 }
 
+impl Entry {
+    /// Stamps the entry with `tick`, writing only if it changes (no shared write per lookup).
+    fn touch(&self, tick: u64) {
+        if self.last_used.load(Ordering::Relaxed) != tick {
+            self.last_used.store(tick, Ordering::Relaxed);
+        }
+    }
+}
+
 fn read(lock: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
     lock.read().unwrap_or_else(|e| e.into_inner())
 }
@@ -301,7 +315,7 @@ impl Cache {
     /// Stores `bits` for `text` unless the cache already holds a newer entry.
     fn insert(&self, text: &str, bits: RoaringBitmap, generation: u64) {
         let mut shard = write(self.shard(text));
-        let tick = shard.clock.fetch_add(1, Ordering::Relaxed);
+        let tick = shard.clock.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(entry) = shard.map.get_mut(text) {
             if entry.generation < generation {
                 entry.bits = bits;
@@ -385,8 +399,7 @@ impl Matcher for InvertedBitmap {
             {
                 let shard = read(self.cache.shard(text));
                 if let Some(entry) = shard.map.get(text) {
-                    let tick = shard.clock.fetch_add(1, Ordering::Relaxed);
-                    entry.last_used.store(tick, Ordering::Relaxed);
+                    entry.touch(shard.clock.load(Ordering::Relaxed));
                     if entry.generation == t.generation {
                         t.emit(&entry.bits, out);
                         return;
