@@ -1,8 +1,8 @@
 //! `InvertedBitmap`: one roaring bitmap of matching patterns per topic seen, built when the topic
 //! is first looked up and kept current on every subscribe and unsubscribe.
 //!
-//! The technique is the inverted bitmap of Svalgaard and Tveden as the OpenAMQ white paper
-//! ("High-speed message matching", Hintjens, iMatix) describes it: distinct patterns are
+//! The technique is the inverted bitmap of Svalgaard and Tveden and of the OpenAMQ white paper
+//! ("High-speed message matching", Hintjens, iMatix; OpenAMQ RFC 003): distinct patterns are
 //! numbered from 0, numbers of removed patterns reused; each topic seen maps to the bitmap of
 //! the numbers of the patterns that match it; a new pattern is tested once against every cached
 //! topic, and a removed pattern's bit is cleared everywhere, so no cached answer is ever stale.
@@ -39,7 +39,8 @@
 //!    entries at a time.
 //!
 //! So a lookup never waits for a writer that is testing patterns: it waits at most for one
-//! batch of 64 bit updates in its shard, or for another lookup inserting into its shard. The
+//! batch of 64 bit updates in its shard, or for another lookup inserting into its shard (and,
+//! when the shard is full, evicting: one pass over the shard every eighth of its size). The
 //! shard locks are `RwLock`s, so lookups of cached topics share them; recency is an atomic tick
 //! per entry, written under the read lock only when it changes.
 //!
@@ -50,8 +51,8 @@
 //! never holds more than its size. Recency is kept at the granularity of inserts: the shard's
 //! clock advances at each insert, and a lookup stamps its entry with the clock's current value,
 //! so entries used since the same insert tie (the victim among them is arbitrary). The topic
-//! space is split over up to 64 shards by hash, so the LRU order is per shard. A cache of size 0 caches nothing: every lookup tests every
-//! pattern.
+//! space is split over up to 64 shards by hash, so the LRU order is per shard. A cache of size
+//! 0 caches nothing: every lookup tests every pattern.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -73,9 +74,6 @@ const MIN_SHARD: usize = 1024;
 const MAX_SHARDS: usize = 64;
 /// Entries a writer updates per write-lock acquisition.
 const BATCH: usize = 64;
-
-/// A cache entry's key and the bits a write sets (`true`) or clears in it.
-type Update = (Arc<str>, Vec<(u32, bool)>);
 
 /// One roaring bitmap of matching patterns per topic seen, in a bounded LRU cache.
 #[derive(Debug)]
@@ -158,6 +156,9 @@ impl InvertedBitmap {
         if self.cache.capacity == 0 || changes.is_empty() {
             return;
         }
+        let added = changes
+            .iter()
+            .any(|(c, _)| matches!(c, PatternChange::Added(_)));
         for shard in self.cache.shards.iter() {
             let keys: Vec<Arc<str>> = read(shard)
                 .map
@@ -165,35 +166,37 @@ impl InvertedBitmap {
                 .filter(|(_, e)| e.generation + 1 == generation)
                 .map(|(k, _)| Arc::clone(k))
                 .collect();
-            // Test the new patterns with no lock held.
-            let mut updates: Vec<Update> = Vec::with_capacity(keys.len());
-            for key in keys {
-                let Ok(topic) = self.dialect.parse_topic(&key) else {
-                    continue;
+            // Test the new patterns with no lock held: `set[i * changes.len() + j]` tells
+            // whether change `j` leaves bit set in entry `keys[i]`.
+            let mut set: Vec<bool> = Vec::with_capacity(keys.len() * changes.len());
+            for key in &keys {
+                let topic = if added {
+                    self.dialect.parse_topic(key).ok()
+                } else {
+                    None
                 };
-                let bits = changes
-                    .iter()
-                    .map(|(change, pattern)| match change {
-                        PatternChange::Added(n) => {
-                            let p = pattern.as_ref().expect("added pattern");
-                            (*n, pattern_matches(p, &topic))
-                        }
-                        PatternChange::Removed(n) => (*n, false),
-                    })
-                    .collect();
-                updates.push((key, bits));
+                set.extend(changes.iter().map(|(change, pattern)| match change {
+                    PatternChange::Added(_) => match (&topic, pattern) {
+                        (Some(t), Some(p)) => pattern_matches(p, t),
+                        _ => false,
+                    },
+                    PatternChange::Removed(_) => false,
+                }));
             }
-            for batch in updates.chunks(BATCH) {
+            for (batch, sets) in keys.chunks(BATCH).zip(set.chunks(BATCH * changes.len())) {
                 let mut shard = write(shard);
-                for (key, bits) in batch {
+                for (key, sets) in batch.iter().zip(sets.chunks(changes.len())) {
                     let Some(entry) = shard.map.get_mut(key) else {
                         continue;
                     };
                     if entry.generation + 1 != generation {
                         continue;
                     }
-                    for &(n, set) in bits {
-                        if set {
+                    for ((change, _), &on) in changes.iter().zip(sets) {
+                        let n = match change {
+                            PatternChange::Added(n) | PatternChange::Removed(n) => *n,
+                        };
+                        if on {
                             entry.bits.insert(n);
                         } else {
                             entry.bits.remove(n);
