@@ -39,7 +39,7 @@
 //!
 //! | operation | cost |
 //! |---|---|
-//! | lookup | at most `n + 1` bitmap ANDs, stopping at the first empty one, + `S` pattern tests |
+//! | lookup | at most `n + 1` bitmap ANDs, smallest rows first, stopping at the first empty one (once 16 candidates or fewer remain, each is probed in the remaining rows instead), + `S` pattern tests |
 //! | subscribe / unsubscribe of a literal pattern | one row per word; a new word's row starts as a copy of `other` |
 //! | subscribe / unsubscribe of `*` at level `i` | one bit in each of the `W_i` rows |
 //! | subscribe / unsubscribe of trailing `#` at `p` | one bit in every row of levels `p..` |
@@ -252,24 +252,32 @@ impl State {
             return;
         }
         rows.push(null);
-        // AND the smallest rows first: the accumulator only shrinks.
+        // AND the smallest rows first: the accumulator only shrinks. Once it is small, probing
+        // each of its bits in the remaining rows is cheaper than a whole-bitmap AND.
         rows.sort_by_cached_key(|r| r.len());
         let mut acc = match rows.as_slice() {
             [only] => (*only).clone(),
             [a, b, ..] => *a & *b,
             [] => unreachable!("the null row is always there"),
         };
-        for row in rows.iter().skip(2) {
-            if acc.is_empty() {
-                return;
+        let mut rest = rows.iter().skip(2);
+        while acc.len() > PROBE_BELOW {
+            match rest.next() {
+                Some(row) => acc &= *row,
+                None => break,
             }
-            acc &= *row;
         }
+        let rest: Vec<&RoaringBitmap> = rest.copied().collect();
         for n in &acc {
-            self.patterns.emit(n, out);
+            if rest.iter().all(|row| row.contains(n)) {
+                self.patterns.emit(n, out);
+            }
         }
     }
 }
+
+/// Below this many candidates, a lookup probes the remaining rows bit by bit.
+const PROBE_BELOW: u64 = 16;
 
 /// Sets or clears bit `n`. A new pattern usually has the highest number, so try the end of the
 /// bitmap first: a wildcard's write touches every word row of a level, and in each row this
