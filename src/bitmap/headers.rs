@@ -37,7 +37,8 @@
 //! criteria holding counts 2). Subscribers whose best count is 0 are left out, so an `all`
 //! subscription without counted criteria (which matches everything) gives no hit. The maximum,
 //! not the sum: a subscriber's count then never exceeds the size of one of its requests, and
-//! reads like the paper's per-request hit count.
+//! keeps the meaning of a per-request hit count (the count the bitmaps give each request)
+//! when a subscriber holds several requests.
 //!
 //! # Complexity
 //!
@@ -182,6 +183,9 @@ struct State {
     free: BTreeSet<u32>,
     /// `all` subscriptions without counted criteria: they match every message.
     always: RoaringBitmap,
+    /// Subscription number → the hits it needs to match (all its counted criteria for `all`,
+    /// 1 for `any`), kept apart from `slots` so a lookup checks hits in one compact array.
+    needs: Vec<u32>,
     by_subscriber: HashMap<SubscriberId, BTreeSet<u32>>,
     len: usize,
 }
@@ -286,6 +290,7 @@ impl State {
                     Some(s) => s,
                     None => {
                         self.slots.push(None);
+                        self.needs.push(u32::MAX);
                         u32::try_from(self.slots.len() - 1).expect("more than 2^32 subscriptions")
                     }
                 };
@@ -301,6 +306,11 @@ impl State {
                 if counted.is_empty() && mode.needs_all() {
                     self.always.insert(s);
                 }
+                self.needs[s as usize] = if mode.needs_all() {
+                    counted.len() as u32
+                } else {
+                    1
+                };
                 self.numbers.insert(Arc::clone(key), s);
                 self.slots[s as usize] = Some(Subscription {
                     key: Arc::clone(key),
@@ -341,6 +351,7 @@ impl State {
         let slot = self.slots[s as usize].take().expect("numbered");
         self.numbers.remove(&*slot.key);
         self.always.remove(s);
+        self.needs[s as usize] = u32::MAX;
         let mode = slot.key.1;
         let mut counted = slot.counted.iter();
         for (name, value) in &slot.key.0 {
@@ -425,14 +436,8 @@ impl State {
     fn lookup(&self, headers: &[(&str, &str)]) -> Vec<SubscriberId> {
         let mut out: Vec<SubscriberId> = Vec::new();
         for (s, hits) in self.count(headers) {
-            let slot = self.slot(s);
-            let matched = if slot.key.1.needs_all() {
-                hits as usize == slot.counted.len()
-            } else {
-                hits >= 1
-            };
-            if matched {
-                out.extend_from_slice(&slot.subscribers);
+            if hits >= self.needs[s as usize] {
+                out.extend_from_slice(&self.slot(s).subscribers);
             }
         }
         for s in &self.always {
