@@ -22,6 +22,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bitmap;
 pub mod cstrie;
 pub mod dialect;
 pub mod error;
@@ -36,6 +37,7 @@ mod sync;
 #[cfg(feature = "python")]
 mod python;
 
+pub use bitmap::{HeadersMatcher, HeadersSubscription, InvertedBitmap, LevelBitmap, MatchMode};
 pub use cstrie::CSTrie;
 pub use dialect::{Dialect, Pattern, Token, Topic};
 pub use error::{Error, Invalid, Result};

@@ -4,7 +4,7 @@ mod common;
 
 use common::{agree_with_oracle, ops, Factory};
 use proptest::test_runner::{Config, TestRunner};
-use topicmatch::{CSTrie, Dialect, Matcher, Trie};
+use topicmatch::{CSTrie, Dialect, InvertedBitmap, LevelBitmap, Matcher, Trie};
 
 /// Cases per dialect; each case holds up to 400 operations, about half of them lookups, so
 /// every matcher is compared on well over 100,000 lookups per dialect.
@@ -14,6 +14,15 @@ fn matchers() -> Vec<(&'static str, Factory)> {
     vec![
         ("Trie", |d| Box::new(Trie::new(d)) as Box<dyn Matcher>),
         ("CSTrie", |d| Box::new(CSTrie::new(d)) as Box<dyn Matcher>),
+        ("InvertedBitmap", |d| Box::new(InvertedBitmap::new(d))),
+        // Smaller than the topic space of the workloads: entries are evicted and recomputed.
+        ("InvertedBitmap(cache=3)", |d| {
+            Box::new(InvertedBitmap::with_cache_size(d, 3))
+        }),
+        ("InvertedBitmap(cache=0)", |d| {
+            Box::new(InvertedBitmap::with_cache_size(d, 0))
+        }),
+        ("LevelBitmap", |d| Box::new(LevelBitmap::new(d))),
     ]
 }
 
