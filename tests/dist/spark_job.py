@@ -20,8 +20,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import topicmatch as tm
 from pyspark.sql import SparkSession
+
+import topicmatch as tm
 
 SUBSCRIPTIONS = [("sensors/+/temp", "alice"), ("sensors/#", "audit"), ("site/1/#", "bob")]
 
