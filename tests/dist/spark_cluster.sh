@@ -31,23 +31,23 @@ export SPARK_WORKER_DIR=$work/spark-work
 
 case $way in
 archive)
+    export SPARK_JOB_EXPECT=archive  # what spark_job.py checks on its executors
     # >>> README: archive
     python3 -m venv topicmatch-env
     topicmatch-env/bin/pip install -q "$WHEEL"
     venv-pack --quiet -p topicmatch-env -o topicmatch-env.tar.gz
     PYSPARK_DRIVER_PYTHON=topicmatch-env/bin/python PYSPARK_PYTHON=./environment/bin/python \
-        spark-submit --master "$MASTER" --archives topicmatch-env.tar.gz#environment \
-        "$JOB" --expect archive
+        spark-submit --master "$MASTER" --archives topicmatch-env.tar.gz#environment "$JOB"
     # <<< README: archive
     ;;
 nodes)
     # NODE_ENV stands for the same path on every node (here, a folder of this machine).
     NODE_ENV=$work/opt/topicmatch
+    export SPARK_JOB_EXPECT=prefix=$NODE_ENV
     # >>> README: nodes
     python3 -m venv "$NODE_ENV"
     "$NODE_ENV/bin/pip" install -q "$WHEEL"
-    spark-submit --master "$MASTER" --conf spark.pyspark.python="$NODE_ENV/bin/python" \
-        "$JOB" --expect prefix="$NODE_ENV"
+    spark-submit --master "$MASTER" --conf spark.pyspark.python="$NODE_ENV/bin/python" "$JOB"
     # <<< README: nodes
     ;;
 *)

@@ -1,8 +1,11 @@
 """A tiny PySpark job for the distribution tests: routes topics with topicmatch on the executors
 and checks where the executors' Python and topicmatch come from.
 
-    spark-submit ... spark_job.py --expect archive         # PYSPARK_PYTHON=./environment/...
-    spark-submit ... spark_job.py --expect prefix=/opt/tm  # topicmatch pip-installed there
+    SPARK_JOB_EXPECT=archive spark-submit ... spark_job.py        # ./environment/bin/python
+    SPARK_JOB_EXPECT=prefix=/opt/tm spark-submit ... spark_job.py # pip-installed there
+
+(An environment variable, not an argument, so that the spark-submit lines in
+tests/dist/spark_cluster.sh, which the README quotes, are the ones a user would type.)
 
 The driver builds a matcher and broadcasts it (pickled on the driver, unpickled on each
 executor); each partition routes its topics with `lookup_many` and reports `sys.executable`,
@@ -49,7 +52,7 @@ def executor_facts() -> dict[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--expect", default="archive", help="archive, or prefix=PATH")
+    parser.add_argument("--expect", default=os.environ.get("SPARK_JOB_EXPECT", "archive"))
     parser.add_argument("--topics", type=int, default=2_000)
     args = parser.parse_args()
 
