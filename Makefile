@@ -117,6 +117,7 @@ lint: build
 	cargo clippy --all-targets --features python -- -D warnings
 	$(BIN)/ruff check python tests benches
 	$(BIN)/ruff format --check python tests benches
+	$(BIN)/python -m mypy.stubtest topicmatch._core
 
 demo: build
 	$(BIN)/python -m topicmatch.cli demo

@@ -317,3 +317,50 @@ impl Matcher for Trie {
         pairs
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live_nodes(t: &Trie) -> usize {
+        let inner = t.read();
+        inner.nodes.len() - inner.free.len()
+    }
+
+    #[test]
+    fn unsubscribing_everything_prunes_back_to_the_root() {
+        let t = Trie::new(Dialect::Amqp);
+        let patterns = ["a.b.c", "a.*.c", "a.#", "#.x.#", "", "a..b", "*"];
+        for (i, p) in patterns.iter().enumerate() {
+            assert!(t.subscribe_str(p, i as u32).unwrap());
+        }
+        assert!(live_nodes(&t) > 5);
+        for (i, p) in patterns.iter().enumerate() {
+            assert!(t.unsubscribe_str(p, i as u32).unwrap());
+        }
+        assert_eq!(live_nodes(&t), 1);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn remove_subscriber_prunes_and_keeps_others() {
+        let t = Trie::new(Dialect::Mqtt);
+        t.subscribe_str("a/+/c", 1).unwrap();
+        t.subscribe_str("a/#", 1).unwrap();
+        t.subscribe_str("a/#", 2).unwrap();
+        assert_eq!(t.remove_subscriber(1), 2);
+        assert_eq!(t.lookup_str("a/b/c").unwrap(), vec![2]);
+        assert_eq!(t.remove_subscriber(2), 1);
+        assert_eq!(live_nodes(&t), 1);
+    }
+
+    #[test]
+    fn freed_nodes_are_reused() {
+        let t = Trie::new(Dialect::Nats);
+        for round in 0..10 {
+            t.subscribe_str("a.b.c.d", round).unwrap();
+            t.unsubscribe_str("a.b.c.d", round).unwrap();
+        }
+        assert!(t.read().nodes.len() <= 5);
+    }
+}
