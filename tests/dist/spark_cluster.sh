@@ -23,11 +23,20 @@ JOB=$(cd "$(dirname "$0")" && pwd)/spark_job.py
 : "${SPARK_HOME:?set SPARK_HOME to the Spark installation}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/topicmatch-spark.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# local-cluster workers put their executors' folders (app-*) in $SPARK_HOME/work, whatever
+# SPARK_WORKER_DIR says: remove the ones this run made, with the temporary folder.
+spark_work=$SPARK_HOME/work
+existing=$(ls "$spark_work" 2>/dev/null || true)
+cleanup() {
+    rm -rf "$work"
+    for d in "$spark_work"/app-*; do
+        if [[ -e $d ]] && ! grep -qxF "$(basename "$d")" <<<"$existing"; then rm -rf "$d"; fi
+    done
+    rmdir "$spark_work" 2>/dev/null || true
+}
+trap cleanup EXIT
 cd "$work"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-# local-cluster workers keep their executors' folders here instead of $SPARK_HOME/work.
-export SPARK_WORKER_DIR=$work/spark-work
 
 case $way in
 archive)
