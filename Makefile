@@ -123,4 +123,4 @@ demo: build
 	$(BIN)/python -m topicmatch.cli demo
 
 clean:
-	rm -rf target $(VENV)
+	rm -rf target $(VENV) dist
