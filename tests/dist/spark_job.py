@@ -56,7 +56,9 @@ def main() -> int:
     parser.add_argument("--topics", type=int, default=2_000)
     args = parser.parse_args()
 
-    spark = SparkSession.builder.appName("topicmatch-dist-check").getOrCreate()
+    # No web UI: nothing to look at, and it would contend for port 4040 with other jobs.
+    builder = SparkSession.builder.appName("topicmatch-dist-check")
+    spark = builder.config("spark.ui.enabled", "false").getOrCreate()
     sc = spark.sparkContext
     matcher = sc.broadcast(tm.Trie("mqtt", SUBSCRIPTIONS))
 
