@@ -1,6 +1,8 @@
 # topicmatch: `make demo` and `make test` work on a fresh machine (Debian, Rust, Python 3.11).
 # Both create .venv here and install the package into it with maturin (release profile).
 
+
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(abspath $(VENV))/bin
@@ -33,8 +35,14 @@ LOOM_MAX_PREEMPTIONS ?= 2
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all venv build test test-rust test-loom test-python lint demo clean
-.PHONY: wheel test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3
+.PHONY: all venv build wheel java test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
+.PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3
+
+# Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
+FUZZ_TARGETS := parse differential
+FUZZ_SECONDS ?= 45
+FUZZ_LONG_SECONDS ?= 3600
+CARGO_FUZZ_VERSION := 0.13.2
 
 all: build
 
@@ -50,18 +58,15 @@ $(VENV)/.dist: $(VENV)/.deps pyproject.toml
 	$(BIN)/pip install -q --group dist
 	touch $@
 
-# The spark extra's pins, for spark-submit in the distribution tests.
-$(VENV)/.spark: $(VENV)/.deps pyproject.toml
-	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["spark"], sep="\n")' \
-		| $(BIN)/pip install -q -r /dev/stdin
-	touch $@
-
-# The extension, built in release mode and installed (editable) with the test extras.
+# The extension, built in release mode and installed (editable) with the test, lint, bench and
+# spark extras: the bench extra (the Python peers and matplotlib, about 30 s to install) lets the
+# tests that check each peer's answers against ours run in CI; the spark extra (PySpark,
+# pyarrow, pandas) serves the Spark tests and `make demo`.
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
-		$(BIN)/maturin develop --release --extras test,lint --quiet
+		$(BIN)/maturin develop --release --extras test,lint,bench,spark --quiet
 
-test: build test-rust test-loom test-python test-dist
+test: build test-rust test-loom test-python test-fuzz test-dist
 
 test-rust:
 	cargo test --release --all-targets
@@ -72,7 +77,13 @@ test-loom:
 		CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test --release --lib loom; \
 	else echo "no loom models"; fi
 
-test-python: build
+# Spark runs on Java 17; install the headless runtime from Debian only when no java is found.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		echo "java not found: installing openjdk-17-jre-headless"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
+
+test-python: build java
 	$(BIN)/python -m pytest -q tests/python
 
 # A release wheel for CPython 3.11 and later (abi3), tagged manylinux2014 with the audit passing,
@@ -95,7 +106,7 @@ test-dist-wheel: wheel
 test-dist-sdist: wheel
 	SDIST_CARGO_TARGET=$(SDIST_TARGET) tests/dist/check_install.sh sdist $(SDIST)
 
-test-dist-spark: wheel $(VENV)/.spark $(VENV)/.dist
+test-dist-spark: wheel build java
 	$(BIN)/python tests/dist/check_readme.py
 	PATH="$(BIN):$$PATH" SPARK_HOME="$(SPARK_HOME_OF_VENV)" \
 		tests/dist/spark_cluster.sh archive $(WHEEL) '$(SPARK_ARCHIVE_MASTER)'
@@ -111,6 +122,22 @@ bench-abi3: wheel
 		--auditwheel check --out $(WHEEL_TARGET)-cp311/dist
 	$(BIN)/python benches/python/abi3_cost.py $(WHEEL) $(WHEEL_TARGET)-cp311/dist/*.whl
 
+# cargo fuzz needs unstable flags; RUSTC_BOOTSTRAP=1 lets the stable compiler take them.
+# Each run writes new inputs to target/fuzz-corpus/ and reads the committed fuzz/corpus/;
+# a crash fails the run and leaves its input in fuzz/artifacts/ (copy it to fuzz/regressions/).
+test-fuzz:
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p target/fuzz-corpus/$$t && \
+		(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --release $$t \
+			../target/fuzz-corpus/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) \
+			-print_final_stats=1 2>&1 | grep -E 'Done|stat::number_of_executed_units|ERROR|panicked' ; \
+			exit $${PIPESTATUS[0]}) || exit 1; \
+	done
+
+fuzz:
+	$(MAKE) test-fuzz FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
+
 lint: build
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
@@ -119,8 +146,36 @@ lint: build
 	$(BIN)/ruff format --check python tests benches
 	$(BIN)/python -m mypy.stubtest topicmatch._core
 
-demo: build
-	$(BIN)/python -m topicmatch.cli demo
+# The main job on local Spark: generate a sample, route it with `topicmatch route`, print the
+# summary. DEMO_* override the sample (e.g. `make demo DEMO_MESSAGES=100000`).
+DEMO_DIR ?= target/demo
+DEMO_DIALECT ?= mqtt
+DEMO_SUBSCRIPTIONS ?= 100000
+DEMO_MESSAGES ?= 1000000
+DEMO_MASTER ?= local[*]
+
+demo: build java
+	$(BIN)/topicmatch generate --out $(DEMO_DIR)/input --dialect $(DEMO_DIALECT) --format parquet \
+		--subscriptions $(DEMO_SUBSCRIPTIONS) --messages $(DEMO_MESSAGES)
+	$(BIN)/topicmatch route --dialect $(DEMO_DIALECT) --master '$(DEMO_MASTER)' \
+		--subscriptions $(DEMO_DIR)/input/$(DEMO_DIALECT)/subscriptions.parquet \
+		--messages $(DEMO_DIR)/input/$(DEMO_DIALECT)/messages.parquet \
+		--out $(DEMO_DIR)/out
+
+# The bench extra's exact pins, read from pyproject.toml and installed once.
+$(VENV)/.bench: pyproject.toml | venv
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' \
+		| xargs $(BIN)/pip install -q
+	touch $@
+
+# The whole report: criterion (Rust; TOPICMATCH_BENCH_FULL=1 adds the 1M sizes, CRITERION_ARGS
+# passes options such as --quick) and `topicmatch bench` (Python and peers; BENCH_ARGS=--quick
+# for the five-minute version) into bench-out/.
+CRITERION_ARGS ?=
+BENCH_ARGS ?=
+bench: build $(VENV)/.bench
+	cargo bench --bench matchers -- $(CRITERION_ARGS)
+	$(BIN)/topicmatch bench --out bench-out $(BENCH_ARGS)
 
 clean:
-	rm -rf target $(VENV) dist
+	rm -rf target dist $(VENV)

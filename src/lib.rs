@@ -22,6 +22,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cstrie;
 pub mod dialect;
 pub mod error;
 pub mod matcher;
@@ -29,9 +30,12 @@ pub mod naive;
 pub mod reference;
 pub mod trie;
 
+mod sync;
+
 #[cfg(feature = "python")]
 mod python;
 
+pub use cstrie::CSTrie;
 pub use dialect::{Dialect, Pattern, Token, Topic};
 pub use error::{Error, Invalid, Result};
 pub use matcher::{Matcher, SubscriberId};

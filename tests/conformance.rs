@@ -3,7 +3,7 @@
 
 mod common;
 
-use topicmatch::{matches, Dialect, Error, Matcher, NaiveMatcher, Trie};
+use topicmatch::{matches, CSTrie, Dialect, Error, Matcher, NaiveMatcher, Trie};
 
 /// Decodes a field: `<empty>` is the empty string; `\\`, `\t`, `\n`, `\r`, `\f` and `\xHH`
 /// are escapes (see the folder's README).
@@ -91,6 +91,7 @@ fn every_matcher_agrees_with_the_brokers() {
     let makers: Vec<common::Factory> = vec![
         |d| Box::new(NaiveMatcher::new(d)) as Box<dyn Matcher>,
         |d| Box::new(Trie::new(d)) as Box<dyn Matcher>,
+        |d| Box::new(CSTrie::new(d)) as Box<dyn Matcher>,
     ];
     let rows = rows("match.tsv");
     for make in makers {

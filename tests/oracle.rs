@@ -4,14 +4,17 @@ mod common;
 
 use common::{agree_with_oracle, ops, Factory};
 use proptest::test_runner::{Config, TestRunner};
-use topicmatch::{Dialect, Matcher, Trie};
+use topicmatch::{CSTrie, Dialect, Matcher, Trie};
 
 /// Cases per dialect; each case holds up to 400 operations, about half of them lookups, so
 /// every matcher is compared on well over 100,000 lookups per dialect.
 const CASES: u32 = 1300;
 
 fn matchers() -> Vec<(&'static str, Factory)> {
-    vec![("Trie", |d| Box::new(Trie::new(d)) as Box<dyn Matcher>)]
+    vec![
+        ("Trie", |d| Box::new(Trie::new(d)) as Box<dyn Matcher>),
+        ("CSTrie", |d| Box::new(CSTrie::new(d)) as Box<dyn Matcher>),
+    ]
 }
 
 #[test]

@@ -4,12 +4,13 @@ Every matcher has the same API and the same semantics::
 
     import topicmatch as tm
 
-    m = tm.Trie(dialect="mqtt")
+    m = tm.CSTrie(dialect="mqtt")
     m.subscribe("sensors/+/temp", "alice")
     m.lookup("sensors/1/temp")   # ['alice']
 """
 
 from topicmatch._core import (
+    CSTrie,
     InvalidPattern,
     InvalidTopic,
     NaiveMatcher,
@@ -21,6 +22,7 @@ from topicmatch._core import (
 DIALECTS = ("amqp", "mqtt", "nats")
 
 __all__ = [
+    "CSTrie",
     "DIALECTS",
     "InvalidPattern",
     "InvalidTopic",

@@ -8,7 +8,15 @@ _Text: TypeAlias = str | bytes
 _Pairs: TypeAlias = Iterable[tuple[_Text, Hashable]]
 
 __version__: str
-__all__ = ["InvalidPattern", "InvalidTopic", "NaiveMatcher", "Trie", "__version__", "matches"]
+__all__ = [
+    "CSTrie",
+    "InvalidPattern",
+    "InvalidTopic",
+    "NaiveMatcher",
+    "Trie",
+    "__version__",
+    "matches",
+]
 
 class InvalidPattern(ValueError):
     """A subscription pattern or selector that its dialect rejects."""
@@ -32,7 +40,8 @@ class _TopicMatcher:
     def lookup_many(self, topics: Iterable[_Text]) -> list[list[Hashable]]: ...
     def subscriptions(self) -> list[tuple[str, Hashable]]: ...
     def __len__(self) -> int: ...
-    def __reduce__(self) -> tuple[type[Self], tuple[str, list[tuple[str, Hashable]]]]: ...
+    def __reduce__(self) -> tuple[type[Self], tuple[str, list[tuple[str, Hashable]]], int]: ...
+    def __setstate__(self, state: int) -> None: ...
 
 @final
 class NaiveMatcher(_TopicMatcher):
@@ -41,3 +50,13 @@ class NaiveMatcher(_TopicMatcher):
 @final
 class Trie(_TopicMatcher):
     """A word trie behind one reader-writer lock (RabbitMQ, ZeroMQ, NATS sublist)."""
+
+@final
+class CSTrie(_TopicMatcher):
+    """The lock-free concurrent subscription trie (Ctrie-derived), with O(1) snapshots."""
+
+    def snapshot(self) -> CSTrie:
+        """A read-only CSTrie frozen at this instant, in O(1); its writes raise TypeError."""
+    @property
+    def read_only(self) -> bool:
+        """Whether this is a read-only snapshot."""

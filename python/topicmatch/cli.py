@@ -1,14 +1,39 @@
-"""The `topicmatch` command."""
+"""The `topicmatch` command: `route` (on Spark), `generate` and `demo` (one process, no Spark)."""
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import os
+import random
 import sys
 import time
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import topicmatch as tm
 from topicmatch import workload
+
+#: File extensions and the reader they mean.
+INPUT_FORMATS = {
+    ".csv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+#: Topics that each dialect rejects, used by `generate --rejects` (None is a null topic).
+INVALID_TOPICS = {
+    "amqp": [None],
+    "mqtt": [None, "", "sensors/+/temp", "a/#"],
+    "nats": [None, "", "a..b", "a b", "a.*", "a.>"],
+}
+
+
+# -- demo: one process, no Spark --------------------------------------------------------------
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -35,21 +60,268 @@ def _demo(args: argparse.Namespace) -> int:
             f"  deliveries {deliveries:,}, matched messages {matched:,}, "
             f"unmatched {len(w.topics) - matched:,}"
         )
-        top = ", ".join(f"{k}: {v:,}" for k, v in sorted(fanout.items())[:8])
-        print(f"  fan-out per message (subscribers: messages): {top}")
+        print(f"  fan-out per message (subscribers: messages): {_fanout_line(fanout)}")
     return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from topicmatch import bench
+
+    profile = "tiny" if args.tiny else "quick" if args.quick else "full"
+    bench.run(profile, args.out, sections=args.section)
+    return 0
+
+
+def _fanout_line(fanout: dict[int, int], buckets: int = 8) -> str:
+    """`{subscribers: messages}` as one line: the statistics, then each count or, when there are
+    many, ranges of counts."""
+    total = sum(fanout.values())
+    if not total:
+        return "no routed messages"
+    keys = sorted(fanout)
+    mean = sum(k * v for k, v in fanout.items()) / total
+    seen, median = 0, keys[-1]
+    for k in keys:
+        seen += fanout[k]
+        if seen * 2 >= total:
+            median = k
+            break
+    stats = f"min {keys[0]}, median {median}, mean {mean:.1f}, max {keys[-1]}"
+    if len(keys) <= 12:
+        return stats + "; " + ", ".join(f"{k}: {fanout[k]:,}" for k in keys)
+    width = -(-(keys[-1] - keys[0] + 1) // buckets)
+    parts = []
+    for lo in range(keys[0], keys[-1] + 1, width):
+        hi = min(lo + width - 1, keys[-1])
+        count = sum(v for k, v in fanout.items() if lo <= k <= hi)
+        parts.append(f"{lo}-{hi}: {count:,}")
+    return stats + "; " + ", ".join(parts)
+
+
+# -- generate ---------------------------------------------------------------------------------
+
+
+def _write_rows(path: Path, columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+    if fmt == "csv":
+        with path.open("w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(columns)
+            out.writerows(rows)
+    elif fmt == "jsonl":
+        with path.open("w") as f:
+            for row in rows:
+                f.write(json.dumps(dict(zip(columns, row, strict=True))) + "\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
+        pq.write_table(table, path, row_group_size=100_000)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    dialects = tm.DIALECTS if args.dialect == "all" else (args.dialect,)
+    for dialect in dialects:
+        w = workload.mixed(args.subscriptions, args.messages, dialect, seed=args.seed)
+        rng = random.Random(args.seed + 1)
+        topics: list[str | None] = list(w.topics)
+        rejects = 0
+        for i in range(len(topics)):
+            if rng.random() < args.rejects:
+                topics[i] = rng.choice(INVALID_TOPICS[dialect])
+                rejects += 1
+        folder = out / dialect
+        folder.mkdir(parents=True, exist_ok=True)
+        ext = args.format
+        subs_path = folder / f"subscriptions.{ext}"
+        msgs_path = folder / f"messages.{ext}"
+        _write_rows(subs_path, ["pattern", "subscriber"], w.subscriptions, args.format)
+        _write_rows(
+            msgs_path,
+            ["id", "topic", "payload"],
+            [(i, t, f"reading {i % 997}") for i, t in enumerate(topics)],
+            args.format,
+        )
+        print(
+            f"{dialect}: {len(w.subscriptions):,} subscriptions -> {subs_path}; "
+            f"{len(topics):,} messages ({rejects:,} null or invalid topics) -> {msgs_path}"
+        )
+    return 0
+
+
+# -- route: Spark -----------------------------------------------------------------------------
+
+
+def _input_format(path: str, given: str | None) -> str:
+    if given:
+        return given
+    fmt = INPUT_FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise SystemExit(
+            f"topicmatch route: cannot tell the format of {path!r} from its extension; "
+            f"pass --input-format csv|json|parquet"
+        )
+    return fmt
+
+
+def _read(spark: Any, path: str, fmt: str) -> Any:
+    if fmt == "csv":
+        # Every column stays a string: topics and carried columns pass through unchanged.
+        return spark.read.option("header", True).csv(path)
+    if fmt == "json":
+        return spark.read.json(path)
+    return spark.read.parquet(path)
+
+
+def _session(master: str | None, driver_memory: str) -> tuple[Any, bool]:
+    """The active SparkSession (tests, notebooks, spark-submit) or a new one; True if new."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    builder = SparkSession.builder.appName("topicmatch route").config(
+        "spark.ui.showConsoleProgress", "true"
+    )
+    # Under spark-submit the JVM is up and the master, memory and Python are its settings.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Python workers must import topicmatch: run them with this interpreter unless told.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.master(master or "local[*]").config("spark.driver.memory", driver_memory)
+    elif master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark, True
+
+
+def _route(args: argparse.Namespace) -> int:
+    try:
+        from topicmatch import spark as tms
+    except ImportError as err:
+        print(
+            f"topicmatch route needs PySpark ({err}): pip install 'topicmatch[spark]'",
+            file=sys.stderr,
+        )
+        return 2
+    subs_fmt = _input_format(args.subscriptions, args.input_format)
+    msgs_fmt = _input_format(args.messages, args.input_format)
+    out = args.out.rstrip("/") or "/"
+    start = time.perf_counter()
+    spark, created = _session(args.master, args.driver_memory)
+    try:
+        subscriptions = _read(spark, args.subscriptions, subs_fmt)
+        messages = _read(spark, args.messages, msgs_fmt)
+        try:
+            result = tms.route(messages, subscriptions, dialect=args.dialect, matcher=args.matcher)
+        except ValueError as err:  # InvalidPattern included: nothing was routed
+            print(f"topicmatch route: {err}", file=sys.stderr)
+            return 2
+        result.persist()
+        for name, df in (("deliveries", result.deliveries), ("rejected", result.rejected)):
+            writer = df.write.mode("overwrite").format(args.format)
+            if args.format == "csv":
+                writer = writer.option("header", True)
+            writer.save(f"{out}/{name}")
+        summary: dict[str, Any] = dict(result.summary())
+        fanout = result.fanout()
+        result.unpersist()
+        summary["seconds"] = round(time.perf_counter() - start, 3)
+        text = json.dumps(summary, indent=2)
+        _write_text(spark, f"{out}/summary.json", text + "\n")
+    finally:
+        if created:
+            spark.stop()
+    print(text)
+    print(f"fan-out per message (subscribers: messages): {_fanout_line(fanout)}")
+    print(f"wrote {out}/deliveries/, {out}/rejected/ and {out}/summary.json")
+    return 0
+
+
+def _write_text(spark: Any, path: str, text: str) -> None:
+    """Writes a small file: on the local disk, or through Hadoop's file systems for a URI
+    (hdfs://, s3a://, file://), like the DataFrames beside it."""
+    if "://" not in path:
+        Path(path).write_text(text)
+        return
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    stream = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(target)
+    try:
+        stream.write(bytearray(text.encode()))
+    finally:
+        stream.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="topicmatch", description=tm.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=tm.__version__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="route generated messages to generated subscriptions")
+
+    route = sub.add_parser(
+        "route",
+        help="route a table of messages to the subscribers of a table of subscriptions, on Spark",
+        description="Writes OUT/deliveries/ (the message's columns plus subscriber), "
+        "OUT/rejected/ (the message's columns plus reason) and OUT/summary.json.",
+    )
+    route.add_argument(
+        "--subscriptions", required=True, help="file with columns pattern, subscriber"
+    )
+    route.add_argument("--messages", required=True, help="file with a topic column (others kept)")
+    route.add_argument("--out", required=True, help="output folder")
+    route.add_argument("--dialect", choices=tm.DIALECTS, default="amqp")
+    route.add_argument("--master", default=None, help="Spark master (default local[*])")
+    route.add_argument("--format", choices=("parquet", "csv", "json"), default="parquet")
+    route.add_argument(
+        "--input-format",
+        choices=("csv", "json", "parquet"),
+        default=None,
+        help="format of both inputs (default: by extension; .jsonl and .ndjson are JSON Lines)",
+    )
+    route.add_argument("--matcher", default=None, help="matcher class (default CSTrie, else Trie)")
+    route.add_argument(
+        "--driver-memory",
+        default="4g",
+        help="spark.driver.memory of a session this command starts (local mode: all of Spark)",
+    )
+    route.set_defaults(run=_route)
+
+    gen = sub.add_parser("generate", help="write sample subscriptions and messages files")
+    gen.add_argument("--out", required=True, help="output folder; one subfolder per dialect")
+    gen.add_argument("--subscriptions", type=int, default=100_000)
+    gen.add_argument("--messages", type=int, default=1_000_000)
+    gen.add_argument("--dialect", choices=(*tm.DIALECTS, "all"), default="all")
+    gen.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv")
+    gen.add_argument(
+        "--rejects",
+        type=float,
+        default=0.001,
+        help="fraction of messages given a null or (for the dialect) invalid topic",
+    )
+    gen.add_argument("--seed", type=int, default=0)
+    gen.set_defaults(run=_generate)
+
+    demo = sub.add_parser("demo", help="route generated messages in this process, without Spark")
     demo.add_argument("--subscriptions", type=int, default=100_000)
     demo.add_argument("--messages", type=int, default=1_000_000)
     demo.add_argument("--dialect", choices=tm.DIALECTS, default="mqtt")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(run=_demo)
+    bench = sub.add_parser(
+        "bench", help="time the matchers and the Python peers; write tables and plots"
+    )
+    bench.add_argument("--quick", action="store_true", help="smaller sizes, under five minutes")
+    bench.add_argument("--out", default="bench-out", help="folder for BENCH.md, JSON and PNGs")
+    bench.add_argument(
+        "--section",
+        action="append",
+        choices=("headline", "scaling", "workloads", "memory", "threads", "churn", "gil"),
+        help="run only this section (repeatable)",
+    )
+    bench.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    bench.set_defaults(run=_bench)
+
     args = parser.parse_args(argv)
     return args.run(args)
 

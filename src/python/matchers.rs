@@ -4,13 +4,14 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use super::topic_index::{parse_dialect, TopicIndex};
-use crate::{Matcher, NaiveMatcher, Trie};
+use super::topic_index::{check_pickle_format, parse_dialect, TopicIndex};
+use crate::{CSTrie, Matcher, NaiveMatcher, Trie};
 
 /// Declares a `#[pyclass]` named `$name` over the core type `$core`, with the API of
 /// DESIGN.md. `$scan` says whether a single lookup's cost grows with the matcher's size.
 macro_rules! topic_matcher_class {
-    ($py_type:ident, $name:literal, $core:ty, scan = $scan:expr, doc = $doc:literal) => {
+    ($py_type:ident, $name:literal, $core:ty, scan = $scan:expr, doc = $doc:literal
+     $(, extra { $($extra:tt)* })?) => {
         #[doc = $doc]
         #[pyclass(name = $name, module = "topicmatch._core", frozen)]
         pub(crate) struct $py_type {
@@ -93,6 +94,12 @@ macro_rules! topic_matcher_class {
             fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
                 slf.get().inner.reduce(slf.as_any())
             }
+
+            fn __setstate__(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+                check_pickle_format(state)
+            }
+
+            $($($extra)*)?
         }
     };
 }
@@ -111,4 +118,26 @@ topic_matcher_class!(
     Trie,
     scan = false,
     doc = "A word trie behind one reader-writer lock (RabbitMQ, ZeroMQ, NATS sublist)."
+);
+
+topic_matcher_class!(
+    CSTriePy,
+    "CSTrie",
+    CSTrie,
+    scan = false,
+    doc = "The lock-free concurrent subscription trie (Ctrie-derived), with O(1) snapshots.",
+    extra {
+        /// A read-only CSTrie frozen at this instant, in O(1); its writes raise TypeError.
+        fn snapshot(&self, py: Python<'_>) -> Self {
+            CSTriePy {
+                inner: self.inner.share_read_only(py, self.inner.core.snapshot()),
+            }
+        }
+
+        /// Whether this is a read-only snapshot.
+        #[getter]
+        fn read_only(&self) -> bool {
+            self.inner.read_only
+        }
+    }
 );

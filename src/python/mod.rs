@@ -27,7 +27,7 @@ mod _core {
     #[pymodule_export]
     use super::errors::{InvalidPattern, InvalidTopic};
     #[pymodule_export]
-    use super::matchers::{NaiveMatcherPy, TriePy};
+    use super::matchers::{CSTriePy, NaiveMatcherPy, TriePy};
     #[pymodule_export]
     use super::matches;
 

@@ -147,7 +147,6 @@ impl Registry {
     }
 
     /// Records a new snapshot sharing this registry.
-    #[allow(dead_code)] // for CSTrie snapshots
     pub(crate) fn add_snapshot(&self, py: Python<'_>) {
         self.slots
             .lock_py_attached(py)
@@ -156,7 +155,6 @@ impl Registry {
     }
 
     /// Records that a snapshot is gone; the last one releases the ids that waited for it.
-    #[allow(dead_code)] // for CSTrie snapshots
     pub(crate) fn drop_snapshot(&self, py: Python<'_>) {
         let mut slots = self
             .slots

@@ -2,11 +2,13 @@
 //! [`Registry`], and the methods of DESIGN.md written once. The classes in `matchers.rs` are
 //! generated from this by `topic_matcher_class!`.
 //!
-//! The GIL rule: a call releases the GIL (`Python::detach`) when its work can be long — a batch
-//! (`lookup_many`, `subscribe_many`), or a lookup on a matcher whose lookup cost grows with its
-//! size. A single lookup on an index is a microsecond: releasing and re-taking the GIL around it
-//! next to a CPU-bound Python thread would wait out the 5 ms switch interval each time (the GIL
-//! convoy), so it keeps the GIL. See BENCHMARKS.md for the measurements behind the thresholds.
+//! The GIL rule: a call releases the GIL (`Python::detach`) when its estimated work repays the
+//! cost of taking the GIL back beside a busy Python thread (measured at about 0.15 ms on
+//! average, 5 ms at worst: BENCHMARKS.md, "The GIL rule"). Work is counted in index lookups
+//! (a few microseconds each); a scan matcher's lookup counts one unit per [`SCAN_UNIT`]
+//! patterns. A lookup batch releases from [`DETACH_WORK`] units on (64 trie lookups, about
+//! 0.2 ms); a single trie lookup never does; bulk writes, `remove_subscriber` and
+//! `subscriptions` always do.
 
 use std::sync::Arc;
 
@@ -20,8 +22,40 @@ use super::text::{utf8, Kind};
 use crate::dialect::{Dialect, Pattern, Topic};
 use crate::matcher::{Matcher, SubscriberId};
 
-/// Batches of at least this many topics are looked up with the GIL released.
-pub(crate) const DETACH_BATCH: usize = 8;
+impl<M> Drop for TopicIndex<M> {
+    fn drop(&mut self) {
+        if self.read_only {
+            // Dropped from the class's dealloc, attached to the interpreter.
+            Python::attach(|py| self.registry.drop_snapshot(py));
+        }
+    }
+}
+
+/// The version of the pickled form; a later format gets a new number.
+pub(crate) const PICKLE_FORMAT: u32 = 1;
+
+/// `__setstate__`: refuses pickles of a format this version cannot read.
+pub(crate) fn check_pickle_format(state: &Bound<'_, PyAny>) -> PyResult<()> {
+    match state.extract::<u32>() {
+        Ok(PICKLE_FORMAT) => Ok(()),
+        Ok(n) => Err(PyValueError::new_err(format!(
+            "this pickle has format {n}, written by a newer topicmatch; this one reads format \
+             {PICKLE_FORMAT}: upgrade topicmatch to load it"
+        ))),
+        Err(_) => Err(PyValueError::new_err(
+            "not a topicmatch pickle state (expected a format number)",
+        )),
+    }
+}
+
+/// Long batches run in chunks of this many items, answering signals (Ctrl-C) between them.
+pub(crate) const CHUNK: usize = 4096;
+
+/// Lookups (in index-lookup units) from which a call releases the GIL.
+pub(crate) const DETACH_WORK: usize = 64;
+
+/// Patterns a scan matcher tests in about the time of one index lookup (20 tests per µs).
+pub(crate) const SCAN_UNIT: usize = 64;
 
 /// A core matcher and its subscriber registry.
 pub(crate) struct TopicIndex<M> {
@@ -29,8 +63,7 @@ pub(crate) struct TopicIndex<M> {
     pub(crate) registry: Arc<Registry>,
     /// Set on snapshots: every write raises `TypeError`.
     pub(crate) read_only: bool,
-    /// Whether a single lookup's cost grows with the number of patterns (the naive scan), so
-    /// that it pays to release the GIL around it.
+    /// Whether a lookup's cost grows with the number of patterns (the naive scan).
     pub(crate) scan_lookup: bool,
 }
 
@@ -46,6 +79,28 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             read_only: false,
             scan_lookup,
         }
+    }
+
+    /// A read-only index over `core` (a snapshot of `self.core`) that shares the registry, so
+    /// its ids keep their objects for as long as it lives.
+    pub(crate) fn share_read_only(&self, py: Python<'_>, core: M) -> Self {
+        self.registry.add_snapshot(py);
+        TopicIndex {
+            core: Arc::new(core),
+            registry: Arc::clone(&self.registry),
+            read_only: true,
+            scan_lookup: self.scan_lookup,
+        }
+    }
+
+    /// Whether looking up `topics` topics is work enough to release the GIL for.
+    fn detach_for(&self, topics: usize) -> bool {
+        let unit = if self.scan_lookup {
+            (self.core.len() / SCAN_UNIT).max(1)
+        } else {
+            1
+        };
+        topics.saturating_mul(unit) >= DETACH_WORK
     }
 
     fn writable(&self) -> PyResult<()> {
@@ -115,19 +170,33 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let (patterns, subscribers): (Vec<Pattern>, Vec<_>) = parsed.into_iter().unzip();
         drop(subscribers);
         let core = &self.core;
-        let new: Vec<bool> = py.detach(|| {
-            patterns
-                .iter()
-                .zip(&ids)
-                .map(|(p, &id)| core.subscribe(p, id))
-                .collect()
-        });
-        for (&id, &new) in ids.iter().zip(&new) {
-            if !new {
-                self.registry.unpin(py, id, 1);
+        let mut added = 0;
+        for (start, chunk) in patterns.chunks(CHUNK).enumerate() {
+            let chunk_ids = &ids[start * CHUNK..start * CHUNK + chunk.len()];
+            let new: Vec<bool> = py.detach(|| {
+                chunk
+                    .iter()
+                    .zip(chunk_ids)
+                    .map(|(p, &id)| core.subscribe(p, id))
+                    .collect()
+            });
+            for (&id, &new) in chunk_ids.iter().zip(&new) {
+                if new {
+                    added += 1;
+                } else {
+                    self.registry.unpin(py, id, 1);
+                }
+            }
+            if let Err(interrupt) = py.check_signals() {
+                // Pairs already added stay (each pair is in or out, never half); the rest
+                // give their pins back.
+                for &id in &ids[start * CHUNK + chunk.len()..] {
+                    self.registry.unpin(py, id, 1);
+                }
+                return Err(interrupt);
             }
         }
-        Ok(new.iter().filter(|&&n| n).count())
+        Ok(added)
     }
 
     pub(crate) fn unsubscribe(
@@ -164,7 +233,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let text = utf8(topic, Kind::Topic)?;
         let topic = self.core.dialect().parse_topic(text).map_err(to_py)?;
         let guard = crossbeam_epoch::pin();
-        let ids = if self.scan_lookup {
+        let ids = if self.detach_for(1) {
             let core = &self.core;
             py.detach(|| core.lookup(&topic))
         } else {
@@ -187,28 +256,33 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         }
         let core = &self.core;
         let dialect = core.dialect();
-        let run = || -> Result<Vec<Vec<SubscriberId>>, (usize, crate::Error)> {
-            let mut out = Vec::with_capacity(texts.len());
-            for (i, text) in texts.iter().enumerate() {
-                let topic = Topic::parse(dialect, text).map_err(|e| (i, e))?;
-                out.push(core.lookup(&topic));
+        let mut lists = Vec::with_capacity(texts.len());
+        for (start, chunk) in texts.chunks(CHUNK).enumerate() {
+            let run = || -> Result<Vec<Vec<SubscriberId>>, (usize, crate::Error)> {
+                let mut out = Vec::with_capacity(chunk.len());
+                for (i, text) in chunk.iter().enumerate() {
+                    let topic = Topic::parse(dialect, text).map_err(|e| (start * CHUNK + i, e))?;
+                    out.push(core.lookup(&topic));
+                }
+                Ok(out)
+            };
+            // Pinned from the core's read to the conversion: see `Registry`.
+            let guard = crossbeam_epoch::pin();
+            let results = if self.detach_for(chunk.len()) {
+                py.detach(run)
+            } else {
+                run()
+            };
+            let results = results.map_err(|(i, e)| {
+                InvalidTopic::new_err(format!("topics[{i}]: {}", to_py(e).value(py)))
+            })?;
+            for ids in &results {
+                lists.push(PyList::new(py, self.registry.objects(py, ids))?);
             }
-            Ok(out)
-        };
-        let guard = crossbeam_epoch::pin();
-        let results = if texts.len() >= DETACH_BATCH {
-            py.detach(run)
-        } else {
-            run()
-        };
-        let results = results.map_err(|(i, e)| {
-            InvalidTopic::new_err(format!("topics[{i}]: {}", to_py(e).value(py)))
-        })?;
-        let lists = results
-            .iter()
-            .map(|ids| PyList::new(py, self.registry.objects(py, ids)))
-            .collect::<PyResult<Vec<_>>>()?;
-        drop(guard);
+            drop(guard);
+            // A long batch answers Ctrl-C between chunks; nothing it did needs undoing.
+            py.check_signals()?;
+        }
         PyList::new(py, lists)
     }
 
@@ -242,8 +316,9 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         )
     }
 
-    /// `(type, (dialect, pairs))`: pickles by content, so unpickling goes through the
-    /// constructor and never depends on node layout.
+    /// `(type, (dialect, pairs), PICKLE_FORMAT)`: pickles by content, so unpickling goes
+    /// through the constructor and never depends on node layout; the state is the format
+    /// number, checked by [`check_pickle_format`].
     pub(crate) fn reduce<'py>(&self, slf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
         let args = (self.core.dialect().name(), self.subscriptions(py)?);
@@ -252,6 +327,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             [
                 slf.get_type().into_any(),
                 args.into_pyobject(py)?.into_any(),
+                PICKLE_FORMAT.into_pyobject(py)?.into_any(),
             ],
         )
     }

@@ -213,3 +213,25 @@ def test_matches_needs_no_index():
     assert not tm.matches("a.>", "a", dialect="nats")
     with pytest.raises(ValueError):
         tm.matches("a", "a", dialect="xmpp")
+
+
+def test_truncated_or_newer_pickles_fail_clearly(matcher_cls):
+    data = pickle.dumps(matcher_cls("mqtt", [("a/#", 1)]))
+    with pytest.raises((pickle.UnpicklingError, EOFError)):
+        pickle.loads(data[: len(data) // 2])
+    cls, args, state = matcher_cls("mqtt", [("a/#", 1)]).__reduce__()
+    assert state == 1
+    with pytest.raises(ValueError, match="newer topicmatch"):
+        pickle.loads(pickle.dumps(_Newer(cls, args)))
+    with pytest.raises(ValueError, match="not a topicmatch pickle"):
+        cls(*args).__setstate__("junk")
+
+
+class _Newer:
+    """Pickles as a matcher of a future format."""
+
+    def __init__(self, cls, args):
+        self.cls, self.args = cls, args
+
+    def __reduce__(self):
+        return (self.cls, self.args, 2)

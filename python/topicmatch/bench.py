@@ -1,0 +1,923 @@
+"""`topicmatch bench`: the Python side of the benchmarks (issue 7), with plain
+`time.perf_counter` loops, so it needs nothing but the package (and, for the peers and the
+plots, the `bench` extra).
+
+It times topicmatch's matchers and the peers (`topicmatch.peers`) on the named workloads of
+`topicmatch.workload`, Python threads on `lookup_many`, a writer churning next to readers, and
+single lookups next to a CPU-bound Python thread (the GIL convoy); it writes `results.json`,
+`BENCH.md` (Markdown tables) and PNG plots into the output folder. matplotlib is imported only
+when plotting.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import topicmatch as tm
+from topicmatch import peers, workload
+
+#: Every topic matcher class name, in the order they join the package; absent ones are skipped.
+MATCHER_NAMES = ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap")
+
+
+def matcher_classes() -> list[type]:
+    """The topic matcher classes this build of topicmatch has."""
+    return [getattr(tm, name) for name in MATCHER_NAMES if hasattr(tm, name)]
+
+
+@dataclass
+class Profile:
+    """How big and how long: `full`, `quick` (under five minutes on 2 cores) or `tiny` (tests)."""
+
+    name: str
+    #: Seconds each timing loop runs for, at least.
+    min_time: float
+    #: Subscription counts of the `mixed` scaling runs.
+    mixed_sizes: tuple[int, ...]
+    #: Largest size at which peers that scan every pattern are timed.
+    scan_peer_max: int
+    #: Largest size at which NaiveMatcher is timed.
+    naive_max: int
+    #: Distinct topics per timing loop.
+    n_topics: int
+    #: Sizes of the `ids` and `fanout` runs.
+    ids_size: int
+    fanout_size: int
+    #: The size of the headline comparison (mixed workload).
+    headline_size: int = 10_000
+    #: Batch sizes of the GIL-convoy runs.
+    batches: tuple[int, ...] = (1, 2, 4, 7, 8, 16, 64, 256)
+    threads: tuple[int, ...] = (1, 2, 4)
+
+
+PROFILES = {
+    "full": Profile(
+        "full",
+        min_time=1.0,
+        mixed_sizes=(1000, 10_000, 100_000, 1_000_000),
+        scan_peer_max=100_000,
+        naive_max=1_000_000,
+        n_topics=2000,
+        ids_size=1_000_000,
+        fanout_size=1_000_000,
+    ),
+    "quick": Profile(
+        "quick",
+        min_time=0.25,
+        mixed_sizes=(1000, 10_000, 100_000),
+        scan_peer_max=10_000,
+        naive_max=100_000,
+        n_topics=1000,
+        ids_size=100_000,
+        fanout_size=100_000,
+    ),
+    "tiny": Profile(
+        "tiny",
+        min_time=0.005,
+        mixed_sizes=(100, 300),
+        scan_peer_max=300,
+        naive_max=300,
+        n_topics=50,
+        ids_size=200,
+        fanout_size=200,
+        headline_size=300,
+        batches=(1, 8),
+        threads=(1, 2),
+    ),
+}
+
+
+# Timing
+
+
+def per_call(
+    fn: Callable[[Any], Any], args: Sequence[Any], min_time: float, rounds: int = 5
+) -> float:
+    """Seconds per call of `fn(arg)`: the best of `rounds` rounds, each cycling through `args`
+    for `min_time / rounds` seconds (and at least three calls). The best round is the one least
+    disturbed by the rest of the machine, as `timeit` advises."""
+    return min(_per_call_round(fn, args, min_time / rounds) for _ in range(rounds))
+
+
+def _per_call_round(fn: Callable[[Any], Any], args: Sequence[Any], min_time: float) -> float:
+    n = 0
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        deadline = start + min_time
+        while True:
+            for a in args:
+                fn(a)
+                n += 1
+                if n >= 3 and (n < 16 or n % 16 == 0) and time.perf_counter() > deadline:
+                    break
+            now = time.perf_counter()
+            if n >= 3 and now > deadline:
+                return (now - start) / n
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def per_topic_many(
+    m: Any, topics: list[str], batch: int, min_time: float, rounds: int = 5
+) -> float:
+    """Seconds per topic of `m.lookup_many` on batches of `batch` topics."""
+    chunks = [topics[i : i + batch] for i in range(0, len(topics) - batch + 1, batch)] or [
+        topics[:batch]
+    ]
+    return per_call(m.lookup_many, chunks, min_time, rounds) / batch
+
+
+def rss_bytes() -> int:
+    """The resident set size of this process (Linux), or 0."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def build_measured(make: Callable[[], Any]) -> tuple[Any, float, int]:
+    """Calls `make()`; returns its result, the seconds it took and the growth of the resident
+    set (a rough memory figure: it counts what the allocator kept, not what is live)."""
+    gc.collect()
+    before = rss_bytes()
+    start = time.perf_counter()
+    obj = make()
+    took = time.perf_counter() - start
+    return obj, took, rss_bytes() - before
+
+
+# One implementation, ours or a peer, behind one face.
+
+
+@dataclass
+class Impl:
+    """One implementation to time: how to build it from pairs and how to get its lookup."""
+
+    name: str
+    kind: str  # "ours" or "peer"
+    dialect: str
+    build: Callable[[list[tuple[str, Any]]], Any]
+    lookup: Callable[[Any], Callable[[str], Any]]
+    scans: bool = False
+    many: bool = False
+
+
+def implementations(dialect: str = "mqtt", with_peers: bool = True) -> list[Impl]:
+    """Our matchers (`lookup` and `lookup_many`) in `dialect`, then each installed peer."""
+    out = []
+    for cls in matcher_classes():
+        scans = cls.__name__ == "NaiveMatcher"
+
+        def build(subs, cls=cls):
+            return cls(dialect, subs)
+
+        out.append(Impl(f"{cls.__name__}.lookup", "ours", dialect, build, _ours_lookup, scans))
+        out.append(
+            Impl(f"{cls.__name__}.lookup_many", "ours", dialect, build, _ours_lookup, scans, True)
+        )
+    if with_peers:
+        for peer in peers.available_peers():
+            out.append(Impl(peer.name, "peer", peer.dialect, peer, _peer_lookup, scans=peer.scans))
+    return out
+
+
+def _ours_lookup(m: Any) -> Callable[[str], Any]:
+    return m.lookup
+
+
+def _peer_lookup(p: peers.Peer) -> Callable[[str], Any]:
+    return p.lookup
+
+
+def respell(w: workload.Workload, dialect: str) -> tuple[list[tuple[str, Any]], list[str]]:
+    """The same workload in another dialect's spelling (the generators only differ in the
+    separator and the wildcard words)."""
+    if dialect == w.dialect:
+        return w.subscriptions, w.topics
+    src = (workload.SEPARATOR[w.dialect], workload.ONE[w.dialect], workload.MANY[w.dialect])
+    dst = (workload.SEPARATOR[dialect], workload.ONE[dialect], workload.MANY[dialect])
+    table = {src[1]: dst[1], src[2]: dst[2]}
+
+    def conv(text: str) -> str:
+        return dst[0].join(table.get(x, x) for x in text.split(src[0]))
+
+    return [(conv(p), s) for p, s in w.subscriptions], [
+        dst[0].join(t.split(src[0])) for t in w.topics
+    ]
+
+
+def time_impl(
+    impl: Impl, w: workload.Workload, profile: Profile, check: Any | None = None
+) -> dict[str, Any]:
+    """Builds `impl` over the workload (respelled to its dialect) and times lookups. With
+    `check` (a topicmatch matcher class), a peer's answers are compared with that matcher's on
+    a sample of topics first."""
+    global _last_build
+    subs, topics = respell(w, impl.dialect)
+    key = (impl.build, impl.dialect, w)
+    last = _last_build[0]
+    if last is not None and all(a is b for a, b in zip(last, key, strict=True)):
+        obj, built, rss = _last_build[1]
+    else:
+        _last_build = (None, None)
+        obj, built, rss = build_measured(lambda: impl.build(subs))
+        _last_build = (key, (obj, built, rss)) if impl.kind == "ours" else (None, None)
+    row: dict[str, Any] = {
+        "impl": impl.name,
+        "kind": impl.kind,
+        "dialect": impl.dialect,
+        "n": len(subs),
+        "build_s": built,
+        "rss_bytes": rss,
+    }
+    if check is not None and impl.kind == "peer":
+        ref = check(impl.dialect, subs)
+        bad = peers.disagreements(obj, ref, topics[:50])
+        row["agrees"] = not bad
+        row["disagreements"] = bad[:3]
+    if impl.many:
+        row["lookup_s"] = per_topic_many(obj, topics, min(256, len(topics)), profile.min_time)
+    else:
+        lookup = impl.lookup(obj)
+        lookup(topics[0])  # warm: kombu compiles its regexes on first use
+        row["lookup_s"] = per_call(lookup, topics, profile.min_time)
+    return row
+
+
+#: The last matcher built by `time_impl`, reused by the next row if it is the same matcher on
+#: the same workload (`lookup` and `lookup_many` rows share one build).
+_last_build: tuple[Any, Any] = (None, None)
+
+
+# The sections of the report.
+
+
+def headline(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """`mixed` at `headline_size` subscriptions: every implementation, and the ratio of its
+    lookup time to paho's MQTTMatcher. Ours run in MQTT (as paho) and AMQP (as kombu)."""
+    n = profile.headline_size
+    w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+    rows = []
+    impls = implementations("mqtt") + [
+        i for i in implementations("amqp", with_peers=False) if not i.many
+    ]
+    for impl in impls:
+        row = time_impl(impl, w, profile, check=tm.Trie)
+        row["workload"] = f"mixed {n:,}"
+        rows.append(row)
+        log(f"  {impl.name} ({impl.dialect}): {row['lookup_s'] * 1e6:,.2f} µs/lookup")
+    paho = next((r["lookup_s"] for r in rows if r["impl"] == peers.PahoMatcher.name), None)
+    for r in rows:
+        r["vs_paho"] = (paho / r["lookup_s"]) if paho else None
+    return rows
+
+
+def scaling(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Lookup time against the number of subscriptions, `mixed` workload, MQTT spelling."""
+    rows = []
+    for n in profile.mixed_sizes:
+        w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+        for impl in implementations("mqtt"):
+            if impl.kind == "peer" and impl.scans and n > profile.scan_peer_max:
+                continue
+            if impl.kind == "ours" and impl.scans and n > profile.naive_max:
+                continue
+            row = time_impl(impl, w, profile)
+            row["workload"] = "mixed"
+            rows.append(row)
+            log(
+                f"  n={n:,} {impl.name}: {row['lookup_s'] * 1e6:,.2f} µs "
+                f"(built in {row['build_s']:.2f} s)"
+            )
+    return rows
+
+
+def other_workloads(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """`seed` (hot and cold), `seed_throughput` (msg/s), `ids` and `fanout`, ours and paho."""
+    rows = []
+    cases = [
+        ("seed hot", workload.seed(1000, profile.n_topics, "mqtt")),
+        ("seed cold", workload.Workload("mqtt", [], workload.seed(0, 2, "mqtt").topics)),
+        ("seed throughput", workload.seed_throughput(1000, 10 * profile.n_topics, "mqtt")),
+        ("ids", workload.ids(profile.ids_size, profile.n_topics, "mqtt")),
+        ("fanout", workload.fanout(profile.fanout_size, 4, "mqtt")),
+    ]
+    for label, w in cases:
+        for impl in implementations("mqtt"):
+            if impl.scans and len(w.subscriptions) > profile.scan_peer_max:
+                continue
+            if impl.kind == "peer" and impl.name != peers.PahoMatcher.name:
+                continue
+            row = time_impl(impl, w, profile)
+            row["workload"] = label
+            row["msg_per_s"] = 1 / row["lookup_s"]
+            rows.append(row)
+            log(f"  {label} {impl.name}: {row['lookup_s'] * 1e6:,.2f} µs")
+    return rows
+
+
+def memory(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Resident-set growth per subscription while building each implementation over `mixed`,
+    each in a fresh Python process (so no memory freed by an earlier build is reused) and after
+    one lookup (kombu compiles its regexes then). It counts everything the process keeps: the
+    core, the subscriber registry, the peer's Python objects."""
+    rows = []
+    sizes = [n for n in profile.mixed_sizes if n >= 10_000] or list(profile.mixed_sizes)
+    for n in sizes:
+        for impl in implementations("mqtt"):
+            if impl.many or (impl.kind == "peer" and impl.scans and n > profile.scan_peer_max):
+                continue
+            code = f"from topicmatch.bench import _memory_probe; _memory_probe({impl.name!r}, {n})"
+            done = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=1200
+            )
+            if done.returncode != 0:
+                log(f"  n={n:,} {impl.name}: failed: {done.stderr.strip()[-200:]}")
+                continue
+            rss = json.loads(done.stdout.strip().splitlines()[-1])["rss_bytes"]
+            name = impl.name.removesuffix(".lookup")
+            rows.append({"impl": name, "n": n, "rss_bytes": rss, "per_sub": rss / n})
+            log(f"  n={n:,} {name}: {rss / n:,.0f} bytes per subscription")
+    return rows
+
+
+def _memory_probe(impl_name: str, n: int) -> None:
+    """Child of `memory`: builds one implementation and prints its RSS growth as JSON."""
+    w = workload.mixed(n, 1, "mqtt", seed=0)
+    impl = next(i for i in implementations("mqtt") if i.name == impl_name)
+    subs, topics = respell(w, impl.dialect)
+    gc.collect()
+    before = rss_bytes()
+    obj = impl.build(subs)
+    impl.lookup(obj)(topics[0])
+    gc.collect()
+    print(json.dumps({"rss_bytes": rss_bytes() - before}))
+
+
+def _run_threads(n: int, body: Callable[[int], None]) -> float:
+    """Runs `body(i)` on `n` threads started together; returns the wall time."""
+    barrier = threading.Barrier(n + 1)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        body(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
+def thread_scaling(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Topics per second of `lookup_many` (batches of 256) from 1, 2 and 4 Python threads on
+    one matcher; `mixed` at the headline size."""
+    n = profile.headline_size
+    w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+    batch = min(256, len(w.topics))
+    chunks = [w.topics[i : i + batch] for i in range(0, len(w.topics) - batch + 1, batch)]
+    rows = []
+    for cls in matcher_classes():
+        m = cls("mqtt", w.subscriptions)
+        per_round = sum(len(c) for c in chunks)
+        # Calibrate so that one thread's share takes about min_time.
+        t1 = _run_threads(1, lambda i, m=m: [m.lookup_many(c) for c in chunks])
+        reps = max(1, int(profile.min_time / max(t1, 1e-6)))
+        for k in profile.threads:
+
+            def body(i: int, m=m, reps=reps) -> None:
+                for _ in range(reps):
+                    for c in chunks:
+                        m.lookup_many(c)
+
+            wall = _run_threads(k, body)
+            rows.append(
+                {
+                    "impl": cls.__name__,
+                    "threads": k,
+                    "topics_per_s": k * reps * per_round / wall,
+                }
+            )
+            log(f"  {cls.__name__} {k} threads: {rows[-1]['topics_per_s']:,.0f} topics/s")
+    return rows
+
+
+def churn(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Two reader threads on `lookup_many` while one writer subscribes and unsubscribes as fast
+    as it can, against the same readers alone."""
+    n = profile.headline_size
+    w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+    churn_subs = workload.mixed(1000, 0, "mqtt", seed=1).subscriptions
+    batch = min(256, len(w.topics))
+    chunks = [w.topics[i : i + batch] for i in range(0, len(w.topics) - batch + 1, batch)]
+    rows = []
+    for cls in matcher_classes():
+        m = cls("mqtt", w.subscriptions)
+        for writer in (False, True):
+            stop = threading.Event()
+            counts = [0, 0, 0]
+
+            def reader(i: int, m=m, stop=stop, counts=counts) -> None:
+                while not stop.is_set():
+                    for c in chunks:
+                        m.lookup_many(c)
+                        counts[i] += len(c)
+
+            def write(m=m, stop=stop, counts=counts) -> None:
+                while not stop.is_set():
+                    for p, s in churn_subs:
+                        m.subscribe(p, ("churn", s))
+                        m.unsubscribe(p, ("churn", s))
+                        counts[2] += 2
+
+            threads = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
+            if writer:
+                threads.append(threading.Thread(target=write))
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            time.sleep(max(profile.min_time * 2, 0.01))
+            stop.set()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - start
+            rows.append(
+                {
+                    "impl": cls.__name__,
+                    "writer": writer,
+                    "reader_topics_per_s": (counts[0] + counts[1]) / wall,
+                    "writer_ops_per_s": counts[2] / wall,
+                }
+            )
+            log(
+                f"  {cls.__name__} writer={writer}: readers "
+                f"{rows[-1]['reader_topics_per_s']:,.0f} topics/s, writer "
+                f"{rows[-1]['writer_ops_per_s']:,.0f} ops/s"
+            )
+    return rows
+
+
+def _busy(stop: threading.Event, counter: list[int]) -> None:
+    """A CPU-bound pure-Python loop: it holds the GIL until the interpreter makes it switch."""
+    x = 0
+    while not stop.is_set():
+        for i in range(1000):
+            x += i * i
+        counter[0] += 1
+
+
+def _busy_alone(seconds: float) -> float:
+    """Loops per second of the busy thread with nothing beside it."""
+    stop = threading.Event()
+    counter = [0]
+    t = threading.Thread(target=_busy, args=(stop, counter))
+    start = time.perf_counter()
+    t.start()
+    time.sleep(max(seconds, 0.01))
+    stop.set()
+    t.join()
+    return counter[0] / (time.perf_counter() - start)
+
+
+def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Topics per second of single `lookup` calls and of `lookup_many` at small batch sizes,
+    alone and next to a CPU-bound Python thread, with the busy thread's progress. The binding
+    keeps the GIL for a single lookup on an index and for batches under `DETACH_WORK` (64 index
+    lookups; a NaiveMatcher lookup counts one per 64 patterns) and releases it above; a release
+    next to a busy thread waits for that thread to give the GIL back (up to the 5 ms switch
+    interval)."""
+    rows = []
+    busy_alone = _busy_alone(profile.min_time)
+    sizes = sorted({1000, profile.headline_size})
+    for n in sizes:
+        w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+        for cls in matcher_classes():
+            m = cls("mqtt", w.subscriptions)
+            for batch in (0, *profile.batches):
+                for busy in (False, True):
+                    stop = threading.Event()
+                    counter = [0]
+                    t = threading.Thread(target=_busy, args=(stop, counter))
+                    if busy:
+                        t.start()
+                        time.sleep(0.01)
+                    c0 = counter[0]
+                    start = time.perf_counter()
+                    # One round: the busy thread's interference is what is measured.
+                    if batch == 0:
+                        per = per_call(m.lookup, w.topics, profile.min_time, rounds=1)
+                    else:
+                        per = per_topic_many(m, w.topics, batch, profile.min_time, rounds=1)
+                    wall = time.perf_counter() - start
+                    busy_rate = (counter[0] - c0) / wall
+                    stop.set()
+                    if busy:
+                        t.join()
+                    rows.append(
+                        {
+                            "impl": cls.__name__,
+                            "n": n,
+                            "call": "lookup" if batch == 0 else f"lookup_many[{batch}]",
+                            "batch": batch,
+                            "busy": busy,
+                            "topics_per_s": 1 / per,
+                            "busy_loops_per_s": busy_rate if busy else None,
+                        }
+                    )
+                log(
+                    f"  n={n:,} {cls.__name__} {rows[-1]['call']}: alone "
+                    f"{rows[-2]['topics_per_s']:,.0f}/s, busy "
+                    f"{rows[-1]['topics_per_s']:,.0f}/s"
+                )
+    # The busy thread's own rate when it runs alone (before and after, averaged).
+    rows.append(
+        {
+            "impl": "(busy thread alone)",
+            "n": 0,
+            "call": "",
+            "batch": -1,
+            "busy": True,
+            "topics_per_s": None,
+            "busy_loops_per_s": (busy_alone + _busy_alone(profile.min_time)) / 2,
+        }
+    )
+    return rows
+
+
+# Reporting
+
+
+def machine() -> dict[str, Any]:
+    """What this ran on."""
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "topicmatch": tm.__version__,
+        "time_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "switch_interval_s": sys.getswitchinterval(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            info["memory_kb"] = int(f.readline().split()[1])
+        info["load_avg"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+def _us(s: float | None) -> str:
+    return "" if s is None else f"{s * 1e6:,.2f}"
+
+
+def _ratio(x: float | None) -> str:
+    if not x:
+        return ""
+    return f"{x:,.1f}" if x >= 1 else f"{x:.2g}"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The report: one table per section."""
+    m = results["machine"]
+    parts = [
+        "# topicmatch bench",
+        "",
+        f"{m['time_utc']}, profile `{results['profile']}`; {m.get('cpu', '?')}, "
+        f"{m['cpus']} CPUs, {m.get('memory_kb', 0) / 2**20:.0f} GiB, Python {m['python']}, "
+        f"load average at the end {', '.join(f'{x:.1f}' for x in m.get('load_avg', ()))}.",
+        "",
+    ]
+    if "headline" in results:
+        rows = results["headline"]
+        parts += [
+            f"## Lookup, {rows[0]['workload']} subscriptions (ratio: paho MQTTMatcher time / "
+            "this time)",
+            "",
+            _table(
+                ["implementation", "dialect", "µs per lookup", "× paho MQTTMatcher", "agrees"],
+                [
+                    [
+                        r["impl"],
+                        r["dialect"],
+                        _us(r["lookup_s"]),
+                        _ratio(r.get("vs_paho")),
+                        {True: "yes", False: "NO"}.get(r.get("agrees"), "(ours)"),
+                    ]
+                    for r in rows
+                ],
+            ),
+            "",
+        ]
+    if "scaling" in results:
+        rows = results["scaling"]
+        impls = list(dict.fromkeys(r["impl"] for r in rows))
+        ns = sorted({r["n"] for r in rows})
+        cell = {(r["impl"], r["n"]): r["lookup_s"] for r in rows}
+        parts += [
+            "## Lookup time against subscriptions (µs), mixed workload, MQTT spelling",
+            "",
+            _table(
+                ["implementation", *(f"{n:,}" for n in ns)],
+                [[i, *(_us(cell.get((i, n))) for n in ns)] for i in impls],
+            ),
+            "",
+        ]
+    if results.get("memory"):
+        rows = results["memory"]
+        impls = list(dict.fromkeys(r["impl"] for r in rows))
+        ns = sorted({r["n"] for r in rows})
+        cell = {(r["impl"], r["n"]): r["per_sub"] for r in rows}
+        parts += [
+            "## Memory: resident-set growth per subscription (bytes), mixed, fresh process each",
+            "",
+            _table(
+                ["implementation", *(f"{n:,}" for n in ns)],
+                [
+                    [i, *(f"{cell[(i, n)]:,.0f}" if (i, n) in cell else "" for n in ns)]
+                    for i in impls
+                ],
+            ),
+            "",
+        ]
+    if "workloads" in results:
+        parts += [
+            "## Other workloads (MQTT spelling)",
+            "",
+            _table(
+                ["workload", "subscriptions", "implementation", "µs per lookup", "msg/s"],
+                [
+                    [
+                        r["workload"],
+                        f"{r['n']:,}",
+                        r["impl"],
+                        _us(r["lookup_s"]),
+                        f"{r['msg_per_s']:,.0f}",
+                    ]
+                    for r in results["workloads"]
+                ],
+            ),
+            "",
+        ]
+    if "threads" in results:
+        parts += [
+            "## lookup_many from Python threads (topics/s, batches of 256)",
+            "",
+            _table(
+                ["matcher", "threads", "topics/s"],
+                [
+                    [r["impl"], r["threads"], f"{r['topics_per_s']:,.0f}"]
+                    for r in results["threads"]
+                ],
+            ),
+            "",
+        ]
+    if "churn" in results:
+        parts += [
+            "## Two readers with and without a writer churning subscriptions",
+            "",
+            _table(
+                ["matcher", "writer", "reader topics/s", "writer ops/s"],
+                [
+                    [
+                        r["impl"],
+                        "yes" if r["writer"] else "no",
+                        f"{r['reader_topics_per_s']:,.0f}",
+                        f"{r['writer_ops_per_s']:,.0f}",
+                    ]
+                    for r in results["churn"]
+                ],
+            ),
+            "",
+        ]
+    if "gil" in results:
+        rows = [r for r in results["gil"] if r["batch"] >= 0]
+        alone = {(r["impl"], r["n"], r["batch"]): r for r in rows if not r["busy"]}
+        solo = next((r for r in results["gil"] if r["batch"] < 0), None)
+        base = solo["busy_loops_per_s"] if solo else None
+        parts += [
+            "## The GIL convoy: topics/s alone and next to a CPU-bound Python thread",
+            "",
+            "The busy thread's own rate alone: "
+            + (f"{base:,.0f} loops/s." if base else "?")
+            + " Caller share: its rate beside the busy thread over its rate alone; busy share:"
+            " the busy thread's rate over its rate alone. A sum near 1 means the two threads"
+            " only took turns; above 1, they ran in parallel.",
+            "",
+            _table(
+                [
+                    "matcher",
+                    "subscriptions",
+                    "call",
+                    "GIL",
+                    "alone",
+                    "beside busy",
+                    "caller share",
+                    "busy share",
+                    "sum",
+                ],
+                [
+                    _gil_row(r, alone[(r["impl"], r["n"], r["batch"])]["topics_per_s"], base)
+                    for r in rows
+                    if r["busy"]
+                ],
+            ),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def _gil_row(r: dict[str, Any], alone: float, base: float | None) -> list[str]:
+    caller = r["topics_per_s"] / alone
+    busy = r["busy_loops_per_s"] / base if base else float("nan")
+    return [
+        r["impl"],
+        f"{r['n']:,}",
+        r["call"],
+        _gil_rule(r["impl"], r["batch"]),
+        f"{alone:,.0f}",
+        f"{r['topics_per_s']:,.0f}",
+        f"{caller:.2f}",
+        f"{busy:.2f}",
+        f"{caller + busy:.2f}",
+    ]
+
+
+def _gil_rule(impl: str, batch: int) -> str:
+    """What the current binding does with the GIL for this call (src/python/topic_index.rs)."""
+    if batch >= 8 or (batch == 0 and impl == "NaiveMatcher"):
+        return "released"
+    return "kept"
+
+
+def plots(results: dict[str, Any], out: Path) -> list[Path]:
+    """PNG plots; needs matplotlib (the `bench` extra). Returns the files written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    if results.get("scaling"):
+        rows = results["scaling"]
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            pts = sorted((r["n"], r["lookup_s"] * 1e6) for r in rows if r["impl"] == impl)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=impl)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("subscriptions (mixed workload)")
+        ax.set_ylabel("µs per lookup")
+        ax.set_title("Lookup time against subscriptions")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out / "lookup_vs_n.png"))
+    if results.get("memory"):
+        rows = results["memory"]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            pts = sorted((r["n"], max(r["per_sub"], 0)) for r in rows if r["impl"] == impl)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=impl)
+        ax.set_xscale("log")
+        ax.set_xlabel("subscriptions (mixed workload)")
+        ax.set_ylabel("bytes per subscription (RSS growth)")
+        ax.set_title("Memory after building, fresh process each")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out / "memory.png"))
+    if results.get("threads"):
+        rows = results["threads"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            pts = [(r["threads"], r["topics_per_s"]) for r in rows if r["impl"] == impl]
+            ax.plot(*zip(*pts, strict=True), marker="o", label=impl)
+        ax.set_xticks(sorted({r["threads"] for r in rows}))
+        ax.set_xlabel("Python threads calling lookup_many")
+        ax.set_ylabel("topics/s (all threads)")
+        ax.set_title("Thread scaling")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        written.append(_save(fig, out / "threads.png"))
+    if results.get("gil"):
+        rows = [r for r in results["gil"] if r["batch"] > 0]
+        n = max((r["n"] for r in rows), default=0)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            for busy in (False, True):
+                pts = sorted(
+                    (r["batch"], r["topics_per_s"])
+                    for r in rows
+                    if r["impl"] == impl and r["busy"] == busy and r["n"] == n
+                )
+                if pts:
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        marker="o",
+                        linestyle="--" if busy else "-",
+                        label=f"{impl} {'beside busy thread' if busy else 'alone'}",
+                    )
+        ax.axvline(64, color="grey", linestyle=":", label="DETACH_WORK = 64")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("lookup_many batch size")
+        ax.set_ylabel("topics/s")
+        ax.set_title(f"GIL convoy, mixed {n:,}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out / "gil_convoy.png"))
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+SECTIONS: dict[str, Callable[[Profile, Callable[[str], None]], list[dict[str, Any]]]] = {
+    "headline": headline,
+    "scaling": scaling,
+    "workloads": other_workloads,
+    "memory": memory,
+    "threads": thread_scaling,
+    "churn": churn,
+    "gil": gil_convoy,
+}
+
+
+def run(
+    profile_name: str = "full",
+    out: str | Path = "bench-out",
+    sections: Sequence[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Runs the benchmark sections, writes `results.json`, `BENCH.md` and the plots into `out`,
+    and returns the results."""
+    profile = PROFILES[profile_name]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"profile": profile.name}
+    started = time.perf_counter()
+    for name in sections or SECTIONS:
+        log(f"[{time.perf_counter() - started:6.1f} s] {name}")
+        results[name] = SECTIONS[name](profile, log)
+    results["machine"] = machine()
+    results["elapsed_s"] = time.perf_counter() - started
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "BENCH.md").write_text(markdown(results) + "\n")
+    results["plots"] = [str(p) for p in plots(results, out)]
+    if "headline" in results:
+        log("")
+        log(headline_text(results["headline"]))
+    log(
+        f"\nwrote {out / 'BENCH.md'}, {out / 'results.json'} and {len(results['plots'])} plots "
+        f"in {results['elapsed_s']:.0f} s"
+    )
+    return results
+
+
+def headline_text(rows: list[dict[str, Any]]) -> str:
+    """The printed summary: each implementation's lookup time and its ratio to paho."""
+    lines = [
+        f"{rows[0]['workload']} subscriptions: µs per lookup, and paho MQTTMatcher's time / it"
+    ]
+    for r in rows:
+        ratio = f"{_ratio(r.get('vs_paho')) or '-':>8}x"
+        flag = "" if r.get("agrees", True) else "  (answers differ!)"
+        lines.append(
+            f"  {r['impl']:<28} {r['dialect']:<5} {r['lookup_s'] * 1e6:12.2f} {ratio}{flag}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,409 @@
+"""Route tables and streams of messages to subscribers on Spark.
+
+::
+
+    from topicmatch.spark import route
+
+    result = route(messages_df, subscriptions_df, dialect="mqtt")
+    result.deliveries   # the message's columns plus `subscriber`, one row per delivery
+    result.rejected     # the message's columns plus `reason`: null or invalid topics
+    result.summary()    # messages, deliveries, matched / unmatched / rejected messages
+
+What runs where
+---------------
+
+Driver, once per call to :func:`route`:
+    the subscriptions are collected (``pattern``, ``subscriber`` cast to string), validated (an
+    invalid pattern raises :class:`topicmatch.InvalidPattern` naming the row, before any
+    message is routed), and built into one matcher. Each distinct subscriber gets an integer
+    id; the matcher holds ``(pattern, id)`` pairs. Its pickled form (the pairs, see
+    ``__reduce__``) and the subscriber names are shipped in one Spark broadcast.
+
+Python worker, once per worker process and broadcast:
+    the matcher is rebuilt from the broadcast and kept in a module-level cache keyed by the
+    broadcast's id, so later tasks and later micro-batches that reach the same (reused) worker
+    do not rebuild it.
+
+Python worker, once per Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows,
+10,000 by default), through ``mapInArrow``:
+    the topic column becomes a list of ``str`` and goes to ``lookup_many`` in chunks of
+    ``CHUNK`` topics; the Rust core matches a whole chunk with the GIL released and hands back
+    lists of subscriber ids. Arrow turns those into a list array, maps ids to names with one
+    ``take``, and appends it (``subscribers``) and ``reason`` to the batch's own columns, which
+    pass through untouched. No Python code runs per row on this path. Null topics are set
+    aside and put back by Arrow kernels. Only a chunk that holds an invalid topic
+    (``lookup_many`` stops at the first one) is redone topic by topic, to find each bad topic
+    and its reason.
+
+JVM (Spark SQL), after the batch function:
+    ``explode`` of the subscriber arrays into delivery rows, the split into deliveries and
+    rejected rows, and the aggregations of :meth:`RouteResult.summary`.
+
+Every message is accounted for exactly once: it is rejected (``reason`` not null), unmatched
+(no subscriber) or matched (one delivery per subscriber). The same code runs on a batch
+DataFrame and on a Structured Streaming DataFrame. On a stream, :meth:`RouteResult.write_stream`
+runs one query that routes each micro-batch once and writes deliveries, rejected rows and the
+counts per micro-batch; or call :func:`split` on each micro-batch of
+:attr:`RouteResult.routed` inside your own ``foreachBatch``.
+
+The topic column is cast to string before routing (so a binary or numeric topic is routed as
+its string form, and carried through in that form); subscribers are strings too.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQuery
+
+import topicmatch as tm
+
+#: Topics per ``lookup_many`` call. A chunk holding an invalid topic is redone topic by topic,
+#: so smaller chunks make bad rows cheaper and good ones a little dearer.
+CHUNK = 4096
+#: The ``reason`` of a message whose topic is null.
+NULL_TOPIC = "null topic"
+#: Columns that :func:`route` adds to the message's columns.
+SUBSCRIBERS = "subscribers"
+SUBSCRIBER = "subscriber"
+REASON = "reason"
+
+__all__ = ["CHUNK", "NULL_TOPIC", "RouteResult", "resolve_matcher", "route", "route_batch", "split"]
+
+
+def resolve_matcher(matcher: str | type | None = None) -> type:
+    """The matcher class: a class is returned as it is, a name is looked up (case-insensitive)
+    in the ``topicmatch`` module; ``None`` means ``CSTrie`` when the module has it, else
+    ``Trie``."""
+    if matcher is None:
+        return getattr(tm, "CSTrie", tm.Trie)
+    if isinstance(matcher, type):
+        return matcher
+    exact = getattr(tm, matcher, None)
+    if isinstance(exact, type) and hasattr(exact, "lookup_many"):
+        return exact
+    for name in dir(tm):
+        cls = getattr(tm, name)
+        if name.lower() == matcher.lower() and isinstance(cls, type):
+            if hasattr(cls, "lookup_many"):
+                return cls
+    raise ValueError(f"topicmatch has no matcher class named {matcher!r}")
+
+
+# -- driver side ------------------------------------------------------------------------------
+
+
+def _build(rows: list[tuple[Any, Any]], dialect: str, cls: type) -> tuple[Any, list[str]]:
+    """Validates the collected (pattern, subscriber) rows and builds the matcher over
+    subscriber ids. Raises InvalidPattern or ValueError naming the first bad row."""
+    names: list[str] = []
+    ids: dict[str, int] = {}
+    pairs: list[tuple[str, int]] = []
+    for i, (pattern, subscriber) in enumerate(rows):
+        if pattern is None:
+            raise tm.InvalidPattern(f"subscriptions row {i}: the pattern is null")
+        if subscriber is None:
+            raise ValueError(f"subscriptions row {i} (pattern {pattern!r}): the subscriber is null")
+        sid = ids.get(subscriber)
+        if sid is None:
+            sid = ids[subscriber] = len(names)
+            names.append(subscriber)
+        pairs.append((pattern, sid))
+    try:
+        return cls(dialect, pairs), names
+    except tm.InvalidPattern:
+        pass
+    # Find the first bad row to name it; only on the error path.
+    probe = tm.NaiveMatcher(dialect)
+    for i, (pattern, subscriber) in enumerate(rows):
+        try:
+            probe.subscribe(pattern, 0)
+        except tm.InvalidPattern as err:
+            raise tm.InvalidPattern(
+                f"subscriptions row {i} (pattern {pattern!r}, subscriber {subscriber!r}): {err}"
+            ) from None
+    raise AssertionError("the matcher rejected a pattern that no row holds")  # pragma: no cover
+
+
+# -- worker side ------------------------------------------------------------------------------
+
+#: Per Python worker: broadcast key -> (matcher, subscriber names as an Arrow array). The key
+#: is made on the driver, one per broadcast (PySpark's worker-side broadcast object does not
+#: expose its id). Only the newest few are kept, so a long-lived worker does not hoard old
+#: matchers.
+_WORKER_CACHE: dict[str, tuple[Any, pa.Array]] = {}
+_WORKER_CACHE_SIZE = 4
+#: How many times this process rebuilt a matcher, by broadcast key (for tests and diagnosis).
+rebuilds: Counter[str] = Counter()
+
+
+def _worker_state(broadcast: Any, key: str) -> tuple[Any, pa.Array]:
+    """The matcher and names of `broadcast`, rebuilt once per process and cached."""
+    state = _WORKER_CACHE.get(key)
+    if state is None:
+        payload, names = broadcast.value
+        state = (pickle.loads(payload), pa.array(names, type=pa.string()))
+        rebuilds[key] += 1
+        while len(_WORKER_CACHE) >= _WORKER_CACHE_SIZE:
+            _WORKER_CACHE.pop(next(iter(_WORKER_CACHE)))
+        _WORKER_CACHE[key] = state
+    return state
+
+
+def _lookup(matcher: Any, topics: list[str]) -> tuple[list[list[int] | None], dict[int, str]]:
+    """One list of subscriber ids per topic (None for an invalid topic) and the reasons of the
+    invalid ones by position."""
+    results: list[list[int] | None] = []
+    bad: dict[int, str] = {}
+    for start in range(0, len(topics), CHUNK):
+        chunk = topics[start : start + CHUNK]
+        try:
+            results.extend(matcher.lookup_many(chunk))
+            continue
+        except tm.InvalidTopic:
+            pass
+        for j, topic in enumerate(chunk):
+            try:
+                results.append(matcher.lookup(topic))
+            except tm.InvalidTopic as err:
+                results.append(None)
+                bad[start + j] = str(err)
+    return results, bad
+
+
+def route_batch(
+    batch: pa.RecordBatch, topic_col: str, matcher: Any, names: pa.Array
+) -> pa.RecordBatch:
+    """Appends ``subscribers`` (list of names; empty when unmatched, null when rejected) and
+    ``reason`` (null unless rejected) to one Arrow batch of messages. Python touches the rows
+    only through ``to_pylist`` and ``lookup_many``; null topics are set aside and put back by
+    Arrow kernels, and only the invalid topics found are visited one by one."""
+    topics = batch.column(batch.schema.get_field_index(topic_col))
+    valid = topics.is_valid() if topics.null_count else None
+    present = topics if valid is None else topics.filter(valid)
+    results, bad = _lookup(matcher, present.to_pylist())
+    ids = pa.array(results, type=pa.list_(pa.int32()))
+    reasons = pa.nulls(len(present), pa.string())
+    if bad:
+        found = pa.array([bad.get(i) for i in range(len(present))], pa.string())
+        reasons = found
+    if valid is not None:
+        # Row i of the batch is row (number of valid rows up to i) - 1 of `present`, or null.
+        position = pc.subtract(pc.cumulative_sum(valid.cast(pa.int64())), 1)
+        index = pc.if_else(valid, position, pa.scalar(None, pa.int64()))
+        ids = ids.take(index)
+        reasons = pc.if_else(valid, reasons.take(index), pa.scalar(NULL_TOPIC, pa.string()))
+    if ids.null_count:
+        named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values), mask=ids.is_null())
+    else:
+        named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values))
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, named, reasons], names=[*batch.schema.names, SUBSCRIBERS, REASON]
+    )
+
+
+def _route_partition(
+    batches: Iterable[pa.RecordBatch], broadcast: Any, key: str, topic_col: str
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: module-level, so it pickles by reference and finds the
+    worker cache of its own module."""
+    matcher, names = _worker_state(broadcast, key)
+    for batch in batches:
+        yield route_batch(batch, topic_col, matcher, names)
+
+
+# -- the job ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteResult:
+    """What :func:`route` returns. ``routed`` has one row per message: its columns plus
+    ``subscribers`` (array of string; empty when unmatched, null when rejected) and ``reason``
+    (null unless rejected). ``deliveries`` and ``rejected`` are views of it; on a stream they
+    are streaming DataFrames too."""
+
+    routed: DataFrame
+    message_columns: tuple[str, ...]
+    explode: bool = True
+    #: The key of the matcher's broadcast in the workers' caches (None after :func:`split`).
+    broadcast_key: str | None = None
+
+    @property
+    def is_streaming(self) -> bool:
+        return self.routed.isStreaming
+
+    @property
+    def deliveries(self) -> DataFrame:
+        """With ``explode``: one row per (message, subscriber), the message's columns plus
+        ``subscriber``. Without: one row per routed (not rejected) message, its columns plus
+        ``subscribers``, an array that is empty when no pattern matched."""
+        cols = [F.col(_quote(c)) for c in self.message_columns]
+        ok = self.routed.where(F.col(REASON).isNull())
+        if self.explode:
+            return ok.select(*cols, F.explode(SUBSCRIBERS).alias(SUBSCRIBER))
+        return ok.select(*cols, F.col(SUBSCRIBERS))
+
+    @property
+    def rejected(self) -> DataFrame:
+        """One row per rejected message: its columns plus ``reason``."""
+        cols = [F.col(_quote(c)) for c in self.message_columns]
+        return self.routed.where(F.col(REASON).isNotNull()).select(*cols, F.col(REASON))
+
+    def persist(self) -> RouteResult:
+        """Caches ``routed`` (batch only), so that writing deliveries, rejected rows and the
+        summary routes each message once."""
+        self.routed.persist()
+        return self
+
+    def unpersist(self) -> RouteResult:
+        self.routed.unpersist()
+        return self
+
+    def summary(self) -> dict[str, int]:
+        """The counts, in one Spark job: ``messages``, ``deliveries``, ``matched_messages``,
+        ``unmatched_messages`` and ``rejected_messages``; the last three add up to the
+        first. On a stream, call it on :func:`split` of each micro-batch instead."""
+        if self.is_streaming:
+            raise TypeError(
+                "summary() needs a batch DataFrame; on a stream, use write_stream(), or call "
+                "split(batch_df).summary() inside foreachBatch of RouteResult.routed"
+            )
+        ok = F.col(REASON).isNull()
+        fan = F.size(SUBSCRIBERS)
+        row = self.routed.agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.coalesce(F.sum(F.when(ok, fan)), F.lit(0)).alias("deliveries"),
+            F.count(F.when(ok & (fan > 0), 1)).alias("matched_messages"),
+            F.count(F.when(ok & (fan == 0), 1)).alias("unmatched_messages"),
+            F.count(F.when(~ok, 1)).alias("rejected_messages"),
+        ).first()
+        assert row is not None
+        return {k: int(v) for k, v in row.asDict().items()}
+
+    def write_stream(
+        self,
+        out: str,
+        checkpoint: str,
+        format: str = "parquet",
+        trigger: dict[str, Any] | None = None,
+        on_batch: Callable[[int, dict[str, int]], None] | None = None,
+    ) -> StreamingQuery:
+        """Starts one streaming query that routes each micro-batch once and writes
+        ``out/deliveries/epoch=N/``, ``out/rejected/epoch=N/`` and ``out/summary/epoch=N/`` (the
+        counts of :meth:`summary`, one JSON row). A retried micro-batch overwrites its own
+        folders, so a restart from `checkpoint` writes nothing twice; reading ``out/deliveries``
+        gives every delivery with an ``epoch`` column. `trigger` goes to
+        ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``); `on_batch` gets the
+        epoch and its counts."""
+        if not self.is_streaming:
+            raise TypeError("write_stream() needs a streaming DataFrame; write the properties")
+        explode = self.explode
+
+        def each(batch_df: DataFrame, epoch: int) -> None:
+            part = split(batch_df, explode).persist()
+            try:
+                for name, df in (("deliveries", part.deliveries), ("rejected", part.rejected)):
+                    df.write.mode("overwrite").format(format).save(f"{out}/{name}/epoch={epoch}")
+                counts = part.summary()
+            finally:
+                part.unpersist()
+            spark = batch_df.sparkSession
+            spark.createDataFrame([counts]).coalesce(1).write.mode("overwrite").json(
+                f"{out}/summary/epoch={epoch}"
+            )
+            if on_batch is not None:
+                on_batch(epoch, counts)
+
+        writer = self.routed.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        return writer.start()
+
+    def fanout(self) -> dict[int, int]:
+        """Routed messages by number of subscribers: ``{subscribers: messages}`` (batch)."""
+        rows = (
+            self.routed.where(F.col(REASON).isNull())
+            .groupBy(F.size(SUBSCRIBERS).alias("n"))
+            .count()
+            .collect()
+        )
+        return {int(r["n"]): int(r["count"]) for r in sorted(rows, key=lambda r: r["n"])}
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def split(routed: DataFrame, explode: bool = True) -> RouteResult:
+    """A :class:`RouteResult` over a DataFrame shaped like :attr:`RouteResult.routed`, such as
+    one micro-batch of it inside ``foreachBatch``."""
+    cols = tuple(c for c in routed.columns if c not in (SUBSCRIBERS, REASON))
+    return RouteResult(routed, cols, explode)
+
+
+def route(
+    messages_df: DataFrame,
+    subscriptions_df: DataFrame,
+    dialect: str = "amqp",
+    topic_col: str = "topic",
+    pattern_col: str = "pattern",
+    subscriber_col: str = "subscriber",
+    explode: bool = True,
+    matcher: str | type | None = None,
+) -> RouteResult:
+    """Routes every message of `messages_df` (batch or streaming) to the subscribers of
+    `subscriptions_df` (batch) whose patterns match its topic in `dialect`.
+
+    The subscriptions are collected and built into a `matcher` (a class or a class name of
+    the ``topicmatch`` module; ``CSTrie`` if present, else ``Trie``) at once, so an invalid
+    pattern raises :class:`topicmatch.InvalidPattern` here, naming its row (its 0-based position
+    in the collected subscriptions, which for one file is its order in the file), its pattern
+    and its subscriber; a null pattern or subscriber is an error too. Nothing is routed until an
+    action or a streaming query runs on the result's DataFrames.
+    """
+    if dialect not in tm.DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {tm.DIALECTS}")
+    for name, df, col in (
+        ("messages", messages_df, topic_col),
+        ("subscriptions", subscriptions_df, pattern_col),
+        ("subscriptions", subscriptions_df, subscriber_col),
+    ):
+        if col not in df.columns:
+            raise ValueError(f"the {name} DataFrame has no column {col!r}: {df.columns}")
+    clash = {SUBSCRIBERS, SUBSCRIBER, REASON} & set(messages_df.columns)
+    if clash:
+        raise ValueError(f"the messages DataFrame already has column(s) {sorted(clash)}")
+    if subscriptions_df.isStreaming:
+        raise ValueError("the subscriptions must be a batch DataFrame")
+
+    cls = resolve_matcher(matcher)
+    rows = subscriptions_df.select(
+        F.col(_quote(pattern_col)).cast("string"), F.col(_quote(subscriber_col)).cast("string")
+    ).collect()
+    built, names = _build([(r[0], r[1]) for r in rows], dialect, cls)
+    spark = messages_df.sparkSession
+    broadcast = spark.sparkContext.broadcast((pickle.dumps(built, protocol=5), names))
+
+    messages = messages_df.withColumn(topic_col, F.col(_quote(topic_col)).cast("string"))
+    schema = T.StructType(
+        [
+            *messages.schema.fields,
+            T.StructField(SUBSCRIBERS, T.ArrayType(T.StringType(), containsNull=False), True),
+            T.StructField(REASON, T.StringType(), True),
+        ]
+    )
+    key = uuid.uuid4().hex
+    fn = functools.partial(_route_partition, broadcast=broadcast, key=key, topic_col=topic_col)
+    routed = messages.mapInArrow(fn, schema)
+    return RouteResult(routed, tuple(messages.columns), explode, key)

@@ -1,0 +1,120 @@
+//! C-nodes: one level of the subscription trie, after the C-node of Prokopec et al. (PPoPP
+//! 2012, section 2, figure 1), as Workiva's matchbox adapts it to topic words.
+//!
+//! Where topicmatch departs from the paper: the paper's C-node is a 32-slot array indexed by
+//! hash bits, holding S-nodes (keys) and I-nodes (deeper levels). Here a level is one pattern
+//! word, so a C-node maps each *word* to a [`Branch`]: the subscribers whose pattern ends with
+//! that word, and optionally the I-node of the next level. The one-word and many-words
+//! wildcards are two extra slots. The word map and the subscriber sets are persistent HAMTs
+//! (`hamt.rs`), so a C-node is copied in O(1) and updated in O(log n) however wide it is: the
+//! paper achieves the same by splitting wide nodes across hash levels, which a word trie cannot
+//! do without mixing levels.
+//!
+//! Invariants:
+//! 1. A branch in a C-node is never empty: it has a subscriber or a next I-node (possibly
+//!    tombed, until someone cleans it).
+//! 2. `here` (the subscribers of the empty pattern, AMQP only) is non-empty only at the root.
+
+use std::sync::Arc;
+
+use super::hamt::{PMap, PSet};
+use super::inode::INode;
+use crate::dialect::Token;
+
+/// A branch: the subscribers of the pattern prefix ending at this key, and the level below.
+#[derive(Clone, Default)]
+pub(crate) struct Branch {
+    pub(crate) subs: PSet,
+    pub(crate) next: Option<Arc<INode>>,
+}
+
+impl Branch {
+    /// Whether the branch holds nothing and can go.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.subs.is_empty() && self.next.is_none()
+    }
+}
+
+/// The key of a branch: a word or a wildcard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Key<'a> {
+    Word(&'a str),
+    One,
+    Many,
+}
+
+impl<'a> Key<'a> {
+    /// The key a pattern token takes.
+    pub(crate) fn of(token: &'a Token) -> Key<'a> {
+        match token {
+            Token::Word(w) => Key::Word(w),
+            Token::One => Key::One,
+            Token::Many => Key::Many,
+        }
+    }
+}
+
+/// One level: branches keyed by word, plus the wildcard slots.
+#[derive(Clone, Default)]
+pub(crate) struct CNode {
+    pub(crate) here: PSet,
+    pub(crate) words: PMap<Arc<str>, Branch>,
+    pub(crate) one: Option<Branch>,
+    pub(crate) many: Option<Branch>,
+}
+
+impl CNode {
+    /// Whether the level holds nothing (and so may be entombed, unless it is the root).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.here.is_empty() && self.words.is_empty() && self.one.is_none() && self.many.is_none()
+    }
+
+    /// The branch of `key`.
+    pub(crate) fn get(&self, key: Key<'_>) -> Option<&Branch> {
+        match key {
+            Key::Word(w) => self.words.get(w),
+            Key::One => self.one.as_ref(),
+            Key::Many => self.many.as_ref(),
+        }
+    }
+
+    /// A copy with `key`'s branch replaced by `branch`, or removed if it is empty (invariant
+    /// 1). O(log width).
+    pub(crate) fn with(&self, key: Key<'_>, branch: Branch) -> CNode {
+        let mut cn = self.clone();
+        let keep = !branch.is_empty();
+        match key {
+            Key::Word(w) => {
+                cn.words = if keep {
+                    cn.words.insert(Arc::from(w), branch)
+                } else {
+                    cn.words.remove(w).unwrap_or(cn.words)
+                }
+            }
+            Key::One => cn.one = keep.then_some(branch),
+            Key::Many => cn.many = keep.then_some(branch),
+        }
+        cn
+    }
+
+    /// Calls `f` on every branch with its key.
+    pub(crate) fn for_each_branch<'a>(&'a self, f: &mut impl FnMut(Key<'a>, &'a Branch)) {
+        self.words.for_each(&mut |w, b| f(Key::Word(w), b));
+        if let Some(b) = &self.one {
+            f(Key::One, b);
+        }
+        if let Some(b) = &self.many {
+            f(Key::Many, b);
+        }
+    }
+
+    /// Consumes the C-node, pushing the child I-nodes that only it held (see `INode`'s drop).
+    pub(crate) fn drain_unique_children(self, out: &mut Vec<Arc<INode>>) {
+        let CNode {
+            words, one, many, ..
+        } = self;
+        words.drain_unique(&mut |b: Branch| out.extend(b.next));
+        out.extend(one.and_then(|b| b.next));
+        out.extend(many.and_then(|b| b.next));
+    }
+}

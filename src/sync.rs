@@ -1,0 +1,9 @@
+//! Atomics that loom can model: std's normally, loom's under `--cfg loom`, the way
+//! crossbeam-epoch's `primitive` module swaps them (see `crossbeam-epoch/src/lib.rs`).
+//! crossbeam-epoch itself switches with `--cfg crossbeam_loom`; the loom command sets both.
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU8, AtomicUsize};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU8, AtomicUsize};

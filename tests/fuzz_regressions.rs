@@ -1,0 +1,42 @@
+//! Replays the fuzz corpus and every crash found so far (fuzz/corpus/, fuzz/regressions/)
+//! through the fuzz targets' checks, so a fixed crash stays fixed without running a fuzzer.
+
+#[path = "../fuzz/src/checks.rs"]
+mod checks;
+
+use std::path::Path;
+
+fn inputs(target: &str) -> Vec<Vec<u8>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut out = Vec::new();
+    for dir in ["corpus", "regressions"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let hidden = entry.file_name().to_string_lossy().starts_with('.');
+            if entry.path().is_file() && !hidden {
+                out.push(std::fs::read(entry.path()).expect("corpus file"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn parse_corpus_and_regressions_hold() {
+    let all = inputs("parse");
+    assert!(!all.is_empty(), "the parse corpus is empty");
+    for data in all {
+        checks::check_parse(&data);
+    }
+}
+
+#[test]
+fn differential_corpus_and_regressions_hold() {
+    let all = inputs("differential");
+    assert!(!all.is_empty(), "the differential corpus is empty");
+    for data in all {
+        checks::check_differential_bytes(&data);
+    }
+}
