@@ -9,6 +9,24 @@ BIN := $(abspath $(VENV))/bin
 # maturin gets a target dir of its own: alternating it with `cargo test` in one target dir
 # rebuilds pyo3 each time (its features differ).
 MATURIN_TARGET := target/maturin
+# `make wheel` builds in a target dir of its own too: it and `make build` never evict each other.
+WHEEL_TARGET := target/wheel
+# The oldest manylinux this machine can honestly claim: manylinux2014 (glibc 2.17), the oldest
+# glibc Rust's standard library supports. zig (from the `dist` group) links against that glibc;
+# without it the audit rejects the wheel for this machine's newer glibc symbols.
+MANYLINUX := manylinux2014
+# The sdist test keeps compiled crates.io dependencies here between runs (see check_install.sh).
+SDIST_TARGET := target/sdist
+# Spark master for the packed-environment test: executors in JVMs and folders of their own
+# (tests/dist/spark_cluster.sh says why not local[2]).
+SPARK_ARCHIVE_MASTER ?= local-cluster[1,2,1024]
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
+# A shell glob, expanded when a recipe runs (after `make wheel` made the file).
+WHEEL = dist/topicmatch-$(VERSION)-*.whl
+SDIST = dist/topicmatch-$(VERSION).tar.gz
+# pyspark is found by its pip install's own location; its spark-submit would look in the
+# driver's Python, which in the tests is a venv without pyspark.
+SPARK_HOME_OF_VENV = $$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
 # loom needs other RUSTFLAGS, which rebuild every dependency: keep it out of the main target.
 LOOM_TARGET := target/loom
 # Two preemptions bound loom's search to seconds per model; crossbeam's own CI uses the same
@@ -18,6 +36,7 @@ LOOM_MAX_PREEMPTIONS ?= 2
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: all venv build wheel java test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
+.PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3
 
 # Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
 FUZZ_TARGETS := parse differential
@@ -35,6 +54,10 @@ $(VENV)/.deps: pyproject.toml
 
 venv: $(VENV)/.deps
 
+$(VENV)/.dist: $(VENV)/.deps pyproject.toml
+	$(BIN)/pip install -q --group dist
+	touch $@
+
 # The extension, built in release mode and installed (editable) with the test, lint, bench and
 # spark extras: the bench extra (the Python peers and matplotlib, about 30 s to install) lets the
 # tests that check each peer's answers against ours run in CI; the spark extra (PySpark,
@@ -43,12 +66,7 @@ build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
 		$(BIN)/maturin develop --release --extras test,lint,bench,spark --quiet
 
-# The wheel to install on Spark executors (and anywhere else): dist/topicmatch-*.whl.
-wheel: venv
-	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
-		$(BIN)/maturin build --release --out dist --quiet
-
-test: build test-rust test-loom test-python test-fuzz
+test: build test-rust test-loom test-python test-fuzz test-dist
 
 test-rust:
 	cargo test --release --all-targets
@@ -67,6 +85,42 @@ java:
 
 test-python: build java
 	$(BIN)/python -m pytest -q tests/python
+
+# A release wheel for CPython 3.11 and later (abi3), tagged manylinux2014 with the audit passing,
+# and an sdist, both in dist/.
+wheel: $(VENV)/.dist
+	rm -f dist/topicmatch-$(VERSION)-*.whl $(SDIST)
+	PATH="$(BIN):$$PATH" CARGO_TARGET_DIR=$(WHEEL_TARGET) $(BIN)/maturin build --release \
+		--zig --compatibility $(MANYLINUX) --auditwheel check --out dist
+	$(BIN)/maturin sdist --out dist
+	@echo "wheel: $$(ls dist/topicmatch-$(VERSION)-*.whl)"
+	@echo "sdist: $(SDIST)"
+
+# The wheel and the sdist, each installed into a new venv and smoke-tested from outside the
+# source tree; then Spark executors given the wheel both ways the README shows.
+test-dist: test-dist-wheel test-dist-sdist test-dist-spark
+
+test-dist-wheel: wheel
+	tests/dist/check_install.sh wheel $(WHEEL)
+
+test-dist-sdist: wheel
+	SDIST_CARGO_TARGET=$(SDIST_TARGET) tests/dist/check_install.sh sdist $(SDIST)
+
+test-dist-spark: wheel build java
+	$(BIN)/python tests/dist/check_readme.py
+	PATH="$(BIN):$$PATH" SPARK_HOME="$(SPARK_HOME_OF_VENV)" \
+		tests/dist/spark_cluster.sh archive $(WHEEL) '$(SPARK_ARCHIVE_MASTER)'
+	PATH="$(BIN):$$PATH" SPARK_HOME="$(SPARK_HOME_OF_VENV)" \
+		tests/dist/spark_cluster.sh nodes $(WHEEL) 'local[2]'
+
+# What abi3 costs on the hot paths: the wheel of `make wheel` against one built the same way
+# without the `abi3` cargo feature (so for this CPython only); the README quotes the result.
+bench-abi3: wheel
+	rm -rf $(WHEEL_TARGET)-cp311/dist
+	PATH="$(BIN):$$PATH" CARGO_TARGET_DIR=$(WHEEL_TARGET)-cp311 $(BIN)/maturin build --release \
+		--features python --interpreter $(BIN)/python --zig --compatibility $(MANYLINUX) \
+		--auditwheel check --out $(WHEEL_TARGET)-cp311/dist
+	$(BIN)/python benches/python/abi3_cost.py $(WHEEL) $(WHEEL_TARGET)-cp311/dist/*.whl
 
 # cargo fuzz needs unstable flags; RUSTC_BOOTSTRAP=1 lets the stable compiler take them.
 # Each run writes new inputs to target/fuzz-corpus/ and reads the committed fuzz/corpus/;
