@@ -11,8 +11,11 @@ Every matcher has the same API and the same semantics::
 
 from topicmatch._core import (
     CSTrie,
+    HeadersMatcher,
     InvalidPattern,
     InvalidTopic,
+    InvertedBitmap,
+    LevelBitmap,
     NaiveMatcher,
     SelectorIndex,
     Trie,
@@ -25,8 +28,11 @@ DIALECTS = ("amqp", "mqtt", "nats")
 __all__ = [
     "CSTrie",
     "DIALECTS",
+    "HeadersMatcher",
     "InvalidPattern",
     "InvalidTopic",
+    "InvertedBitmap",
+    "LevelBitmap",
     "NaiveMatcher",
     "SelectorIndex",
     "Trie",

@@ -10,8 +10,11 @@ _Pairs: TypeAlias = Iterable[tuple[_Text, Hashable]]
 __version__: str
 __all__ = [
     "CSTrie",
+    "HeadersMatcher",
     "InvalidPattern",
     "InvalidTopic",
+    "InvertedBitmap",
+    "LevelBitmap",
     "NaiveMatcher",
     "SelectorIndex",
     "Trie",
@@ -80,4 +83,45 @@ class SelectorIndex:
     def __reduce__(
         self,
     ) -> tuple[type[SelectorIndex], tuple[int, list[tuple[str, Hashable]]], int]: ...
+    def __setstate__(self, state: int) -> None: ...
+
+@final
+class LevelBitmap(_TopicMatcher):
+    """The optimized inverted bitmap (WSO2): one row per word position, ANDed per level."""
+
+@final
+class InvertedBitmap(_TopicMatcher):
+    """One roaring bitmap of matching patterns per topic seen, kept current (OpenAMQ)."""
+
+    def __new__(
+        cls,
+        dialect: _Dialect = "amqp",
+        subscriptions: _Pairs | None = None,
+        cache_size: int = 100000,
+    ) -> InvertedBitmap: ...
+    @property
+    def cache_size(self) -> int:
+        """Most topics the lookup cache holds (0: no cache)."""
+
+_Mode: TypeAlias = Literal["all", "any", "all-with-x", "any-with-x"]
+
+@final
+class HeadersMatcher:
+    """Content-based routing on headers (OpenAMQ, the AMQP headers exchange)."""
+
+    def __new__(
+        cls, subscriptions: Iterable[tuple[dict[str, str | None], Hashable, _Mode]] | None = None
+    ) -> HeadersMatcher: ...
+    def subscribe(
+        self, criteria: dict[str, str | None], subscriber: Hashable, match: _Mode = "all"
+    ) -> bool: ...
+    def unsubscribe(
+        self, criteria: dict[str, str | None], subscriber: Hashable, match: _Mode = "all"
+    ) -> bool: ...
+    def remove_subscriber(self, subscriber: Hashable) -> int: ...
+    def lookup(self, headers: dict[str, str]) -> list[Hashable]: ...
+    def hits(self, headers: dict[str, str]) -> dict[Hashable, int]: ...
+    def subscriptions(self) -> list[tuple[dict[str, str | None], Hashable, str]]: ...
+    def __len__(self) -> int: ...
+    def __reduce__(self) -> tuple[type[HeadersMatcher], tuple[list[object]], int]: ...
     def __setstate__(self, state: int) -> None: ...

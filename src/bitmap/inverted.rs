@@ -98,6 +98,8 @@ struct Cache {
     shards: Box<[RwLock<Shard>]>,
     /// Entries per shard; 0 means no caching.
     capacity: usize,
+    /// The size asked for; the shards hold it rounded down to a multiple of their number.
+    size: usize,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -133,9 +135,10 @@ impl InvertedBitmap {
         }
     }
 
-    /// The most topics the cache holds.
+    /// The cache size asked for. The cache is split into shards that each hold an equal
+    /// share, so it may hold a few topics fewer (up to one less per shard).
     pub fn cache_size(&self) -> usize {
-        self.cache.capacity * self.cache.shards.len()
+        self.cache.size
     }
 
     /// The number of topics cached now.
@@ -306,6 +309,7 @@ impl Cache {
         Cache {
             shards: (0..shards).map(|_| RwLock::default()).collect(),
             capacity,
+            size: topics,
             hasher: Default::default(),
         }
     }

@@ -5,21 +5,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use super::topic_index::{check_pickle_format, parse_dialect, TopicIndex};
-use crate::{CSTrie, Matcher, NaiveMatcher, Trie};
+use crate::{CSTrie, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Trie};
 
 /// Declares a `#[pyclass]` named `$name` over the core type `$core`, with the API of
 /// DESIGN.md. `$scan` says whether a single lookup's cost grows with the matcher's size.
 macro_rules! topic_matcher_class {
+    // Classes built from a dialect alone.
     ($py_type:ident, $name:literal, $core:ty, scan = $scan:expr, doc = $doc:literal
      $(, extra { $($extra:tt)* })?) => {
-        #[doc = $doc]
-        #[pyclass(name = $name, module = "topicmatch._core", frozen)]
-        pub(crate) struct $py_type {
-            inner: TopicIndex<$core>,
-        }
-
-        #[pymethods]
-        impl $py_type {
+        topic_matcher_class!(@class $py_type, $name, $core, doc = $doc, ctor {
             #[new]
             #[pyo3(signature = (dialect = "amqp", subscriptions = None))]
             fn new(
@@ -33,6 +27,23 @@ macro_rules! topic_matcher_class {
                 }
                 Ok($py_type { inner })
             }
+
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+                slf.get().inner.reduce(slf.as_any(), &[])
+            }
+        } $(, extra { $($extra)* })?);
+    };
+    (@class $py_type:ident, $name:literal, $core:ty, doc = $doc:literal,
+     ctor { $($ctor:tt)* } $(, extra { $($extra:tt)* })?) => {
+        #[doc = $doc]
+        #[pyclass(name = $name, module = "topicmatch._core", frozen)]
+        pub(crate) struct $py_type {
+            inner: TopicIndex<$core>,
+        }
+
+        #[pymethods]
+        impl $py_type {
+            $($ctor)*
 
             /// The dialect's name: "amqp", "mqtt" or "nats".
             #[getter]
@@ -91,10 +102,6 @@ macro_rules! topic_matcher_class {
                 self.inner.repr($name)
             }
 
-            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
-                slf.get().inner.reduce(slf.as_any())
-            }
-
             fn __setstate__(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {
                 check_pickle_format(state)
             }
@@ -138,6 +145,50 @@ topic_matcher_class!(
         #[getter]
         fn read_only(&self) -> bool {
             self.inner.read_only
+        }
+    }
+);
+
+topic_matcher_class!(
+    LevelBitmapPy,
+    "LevelBitmap",
+    LevelBitmap,
+    scan = false,
+    doc = "The optimized inverted bitmap (WSO2): one row per word position, ANDed per level."
+);
+
+topic_matcher_class!(
+    @class InvertedBitmapPy,
+    "InvertedBitmap",
+    InvertedBitmap,
+    doc = "One roaring bitmap of matching patterns per topic seen, kept current (OpenAMQ).",
+    ctor {
+        #[new]
+        #[pyo3(signature = (dialect = "amqp", subscriptions = None, cache_size = 100_000))]
+        fn new(
+            py: Python<'_>,
+            dialect: &str,
+            subscriptions: Option<&Bound<'_, PyAny>>,
+            cache_size: usize,
+        ) -> PyResult<Self> {
+            let core = InvertedBitmap::with_cache_size(parse_dialect(dialect)?, cache_size);
+            let inner = TopicIndex::new(py, core, false);
+            if let Some(pairs) = subscriptions {
+                inner.subscribe_many(pairs)?;
+            }
+            Ok(InvertedBitmapPy { inner })
+        }
+
+        fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+            let inner = &slf.get().inner;
+            let size = inner.core.cache_size().into_pyobject(slf.py())?.into_any();
+            inner.reduce(slf.as_any(), &[size])
+        }
+
+        /// Most topics the lookup cache holds (0: no cache).
+        #[getter]
+        fn cache_size(&self) -> usize {
+            self.inner.core.cache_size()
         }
     }
 );

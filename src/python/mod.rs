@@ -2,6 +2,7 @@
 //! released where the work can be long) and convert the result; nothing else lives here.
 
 mod errors;
+mod headers;
 mod matchers;
 mod registry;
 mod selector;
@@ -28,7 +29,9 @@ mod _core {
     #[pymodule_export]
     use super::errors::{InvalidPattern, InvalidTopic};
     #[pymodule_export]
-    use super::matchers::{CSTriePy, NaiveMatcherPy, TriePy};
+    use super::headers::HeadersMatcherPy;
+    #[pymodule_export]
+    use super::matchers::{CSTriePy, InvertedBitmapPy, LevelBitmapPy, NaiveMatcherPy, TriePy};
     #[pymodule_export]
     use super::matches;
     #[pymodule_export]

@@ -319,14 +319,22 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// `(type, (dialect, pairs), PICKLE_FORMAT)`: pickles by content, so unpickling goes
     /// through the constructor and never depends on node layout; the state is the format
     /// number, checked by [`check_pickle_format`].
-    pub(crate) fn reduce<'py>(&self, slf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+    pub(crate) fn reduce<'py>(
+        &self,
+        slf: &Bound<'py, PyAny>,
+        extra: &[Bound<'py, PyAny>],
+    ) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
-        let args = (self.core.dialect().name(), self.subscriptions(py)?);
+        let mut args = vec![
+            self.core.dialect().name().into_pyobject(py)?.into_any(),
+            self.subscriptions(py)?.into_any(),
+        ];
+        args.extend(extra.iter().cloned());
         PyTuple::new(
             py,
             [
                 slf.get_type().into_any(),
-                args.into_pyobject(py)?.into_any(),
+                PyTuple::new(py, args)?.into_any(),
                 PICKLE_FORMAT.into_pyobject(py)?.into_any(),
             ],
         )
