@@ -3,7 +3,9 @@
 
 mod common;
 
-use topicmatch::{matches, CSTrie, Dialect, Error, Matcher, NaiveMatcher, Trie};
+use topicmatch::{
+    matches, CSTrie, Dialect, Error, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Trie,
+};
 
 /// Decodes a field: `<empty>` is the empty string; `\\`, `\t`, `\n`, `\r`, `\f` and `\xHH`
 /// are escapes (see the folder's README).
@@ -92,6 +94,9 @@ fn every_matcher_agrees_with_the_brokers() {
         |d| Box::new(NaiveMatcher::new(d)) as Box<dyn Matcher>,
         |d| Box::new(Trie::new(d)) as Box<dyn Matcher>,
         |d| Box::new(CSTrie::new(d)) as Box<dyn Matcher>,
+        |d| Box::new(InvertedBitmap::new(d)) as Box<dyn Matcher>,
+        |d| Box::new(InvertedBitmap::with_cache_size(d, 2)) as Box<dyn Matcher>,
+        |d| Box::new(LevelBitmap::new(d)) as Box<dyn Matcher>,
     ];
     let rows = rows("match.tsv");
     for make in makers {

@@ -3,7 +3,10 @@
 //! replays the saved corpus and every crash ever found on each `cargo test`.
 
 use arbitrary::{Arbitrary, Unstructured};
-use topicmatch::{reference, CSTrie, Dialect, Matcher, NaiveMatcher, SubscriberId, Token, Trie};
+use topicmatch::{
+    reference, CSTrie, Dialect, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, SubscriberId,
+    Token, Trie,
+};
 
 /// Any bytes, in every dialect: parsing never panics, a parsed pattern or topic gives back its
 /// text and its words, and a literal pattern matches exactly its own text.
@@ -91,7 +94,12 @@ pub fn check_differential(case: &Case) {
     let oracle = NaiveMatcher::new(d);
     // Every matcher under test; the CSTrie also gives the snapshots.
     let (trie, cstrie) = (Trie::new(d), CSTrie::new(d));
-    let ms: [&dyn Matcher; 2] = [&trie, &cstrie];
+    let (inverted, small, level) = (
+        InvertedBitmap::new(d),
+        InvertedBitmap::with_cache_size(d, 2),
+        LevelBitmap::new(d),
+    );
+    let ms: [&dyn Matcher; 5] = [&trie, &cstrie, &inverted, &small, &level];
     let mut snapshots: Vec<(CSTrie, NaiveMatcher)> = Vec::new();
     for op in &case.ops {
         match op {
