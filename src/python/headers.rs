@@ -93,13 +93,8 @@ impl HeadersMatcherPy {
         r#match: &str,
     ) -> PyResult<bool> {
         let (c, how) = (self::criteria(criteria)?, mode(r#match)?);
-        let py = subscriber.py();
-        let id = self.registry.pin(subscriber)?;
-        let new = self.core.subscribe(&c, id, how);
-        if !new {
-            self.registry.unpin(py, id, 1);
-        }
-        Ok(new)
+        self.registry
+            .adding(subscriber, |id| Ok(self.core.subscribe(&c, id, how)))
     }
 
     /// Removes the subscription; True if it was there.
@@ -111,24 +106,16 @@ impl HeadersMatcherPy {
         r#match: &str,
     ) -> PyResult<bool> {
         let (c, how) = (self::criteria(criteria)?, mode(r#match)?);
-        let Some(id) = self.registry.id_of(subscriber)? else {
-            return Ok(false);
-        };
-        let removed = self.core.unsubscribe(&c, id, how);
-        if removed {
-            self.registry.unpin(subscriber.py(), id, 1);
-        }
-        Ok(removed)
+        let removed = self.registry.removing(subscriber, |id| {
+            Ok(usize::from(self.core.unsubscribe(&c, id, how)))
+        })?;
+        Ok(removed == 1)
     }
 
     /// Removes every subscription of `subscriber`; returns how many.
     fn remove_subscriber(&self, subscriber: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let Some(id) = self.registry.id_of(subscriber)? else {
-            return Ok(0);
-        };
-        let n = self.core.remove_subscriber(id);
-        self.registry.unpin(subscriber.py(), id, n);
-        Ok(n)
+        self.registry
+            .removing(subscriber, |id| Ok(self.core.remove_subscriber(id)))
     }
 
     /// The subscribers with a subscription that the headers satisfy, each once.

@@ -110,6 +110,36 @@ impl Registry {
         Ok(id)
     }
 
+    /// Runs a write that may add one pair for `obj`: pins the id, runs `add` with it, and
+    /// gives the pin back unless `add` reports a new pair.
+    pub(crate) fn adding(
+        &self,
+        obj: &Bound<'_, PyAny>,
+        add: impl FnOnce(SubscriberId) -> PyResult<bool>,
+    ) -> PyResult<bool> {
+        let id = self.pin(obj)?;
+        let result = add(id);
+        if !matches!(result, Ok(true)) {
+            self.unpin(obj.py(), id, 1);
+        }
+        result
+    }
+
+    /// Runs a write that removes pairs of `obj`, if it is a subscriber at all: `remove` gets
+    /// its id and returns how many pairs went, and the id's count drops by as many.
+    pub(crate) fn removing(
+        &self,
+        obj: &Bound<'_, PyAny>,
+        remove: impl FnOnce(SubscriberId) -> PyResult<usize>,
+    ) -> PyResult<usize> {
+        let Some(id) = self.id_of(obj)? else {
+            return Ok(0);
+        };
+        let n = remove(id)?;
+        self.unpin(obj.py(), id, n);
+        Ok(n)
+    }
+
     /// Lowers the count of `id` by `n`, releasing the id when nothing uses it any more.
     pub(crate) fn unpin(&self, py: Python<'_>, id: SubscriberId, n: usize) {
         if n == 0 {

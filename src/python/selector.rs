@@ -60,21 +60,14 @@ impl SelectorIndexPy {
         subscriber: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let selector = utf8(selector, Kind::Pattern)?;
-        let py = subscriber.py();
-        let id = self.registry.pin(subscriber)?;
         let core = &self.core;
         // Compiling a large template can take a while: done with the GIL released.
-        match py.detach(|| core.subscribe(selector, id)) {
-            Ok(true) => Ok(true),
-            Ok(false) => {
-                self.registry.unpin(py, id, 1);
-                Ok(false)
-            }
-            Err(e) => {
-                self.registry.unpin(py, id, 1);
-                Err(to_py(e))
-            }
-        }
+        self.registry.adding(subscriber, |id| {
+            subscriber
+                .py()
+                .detach(|| core.subscribe(selector, id))
+                .map_err(to_py)
+        })
     }
 
     /// Removes the pair; True if it was there.
@@ -84,24 +77,18 @@ impl SelectorIndexPy {
         subscriber: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let selector = utf8(selector, Kind::Pattern)?;
-        let Some(id) = self.registry.id_of(subscriber)? else {
-            return Ok(false);
-        };
-        let removed = self.core.unsubscribe(selector, id).map_err(to_py)?;
-        if removed {
-            self.registry.unpin(subscriber.py(), id, 1);
-        }
-        Ok(removed)
+        let removed = self.registry.removing(subscriber, |id| {
+            Ok(usize::from(
+                self.core.unsubscribe(selector, id).map_err(to_py)?,
+            ))
+        })?;
+        Ok(removed == 1)
     }
 
     /// Removes every selector of `subscriber`; returns how many.
     fn remove_subscriber(&self, subscriber: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let Some(id) = self.registry.id_of(subscriber)? else {
-            return Ok(0);
-        };
-        let n = self.core.remove_subscriber(id);
-        self.registry.unpin(subscriber.py(), id, n);
-        Ok(n)
+        self.registry
+            .removing(subscriber, |id| Ok(self.core.remove_subscriber(id)))
     }
 
     /// The subscribers that any selector admits for any of the update's topics (one topic as a

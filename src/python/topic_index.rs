@@ -123,13 +123,8 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     ) -> PyResult<bool> {
         self.writable()?;
         let pattern = self.pattern(pattern)?;
-        let py = subscriber.py();
-        let id = self.registry.pin(subscriber)?;
-        let new = self.core.subscribe(&pattern, id);
-        if !new {
-            self.registry.unpin(py, id, 1);
-        }
-        Ok(new)
+        self.registry
+            .adding(subscriber, |id| Ok(self.core.subscribe(&pattern, id)))
     }
 
     /// Subscribes many pairs: all patterns are checked before any is added, and the core work
@@ -206,26 +201,18 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     ) -> PyResult<bool> {
         self.writable()?;
         let pattern = self.pattern(pattern)?;
-        let Some(id) = self.registry.id_of(subscriber)? else {
-            return Ok(false);
-        };
-        let removed = self.core.unsubscribe(&pattern, id);
-        if removed {
-            self.registry.unpin(subscriber.py(), id, 1);
-        }
-        Ok(removed)
+        let removed = self.registry.removing(subscriber, |id| {
+            Ok(usize::from(self.core.unsubscribe(&pattern, id)))
+        })?;
+        Ok(removed == 1)
     }
 
     pub(crate) fn remove_subscriber(&self, subscriber: &Bound<'_, PyAny>) -> PyResult<usize> {
         self.writable()?;
-        let Some(id) = self.registry.id_of(subscriber)? else {
-            return Ok(0);
-        };
-        let py = subscriber.py();
         let core = &self.core;
-        let n = py.detach(|| core.remove_subscriber(id));
-        self.registry.unpin(py, id, n);
-        Ok(n)
+        self.registry.removing(subscriber, |id| {
+            Ok(subscriber.py().detach(|| core.remove_subscriber(id)))
+        })
     }
 
     pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
