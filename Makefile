@@ -31,7 +31,7 @@ SPARK_HOME_OF_VENV = $$($(BIN)/python -c 'import os, pyspark; print(os.path.dirn
 LOOM_TARGET := target/loom
 # Two preemptions bound loom's search to seconds per model; crossbeam's own CI uses the same
 # bound, and the CAS races modelled here need no more than two forced switches to show.
-LOOM_MAX_PREEMPTIONS ?= 2
+LOOM_MAX_PREEMPTIONS ?= 4
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 

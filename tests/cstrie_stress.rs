@@ -216,6 +216,22 @@ impl Rng {
 
 #[test]
 fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
+    // On a loaded machine (2 shared cores) the workers may barely overlap: one run there
+    // overlapped only 33 operations. Every run is checked in full; runs repeat, up to a bound,
+    // until together they have overlapped enough for the check to have meant something.
+    let mut overlapping = 0;
+    for run in 0..8 {
+        overlapping += run_and_check_one_history(run);
+        if overlapping > 100 {
+            return;
+        }
+    }
+    panic!("too little concurrency in 8 runs: {overlapping} overlapping operations");
+}
+
+/// Runs one recorded history, checks it, and returns how many operations overlapped the
+/// previous one.
+fn run_and_check_one_history(run: u64) -> usize {
     let began = Instant::now();
     let world = Arc::new(World::new());
     let trie = Arc::new(CSTrie::new(D));
@@ -240,7 +256,7 @@ fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
                 Arc::clone(&logs),
             );
             std::thread::spawn(move || {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678));
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1 + 8 * run) * 0x1234_5678));
                 let np = world.patterns.len();
                 for round in 0..ROUNDS as u64 {
                     barrier.wait();
@@ -385,7 +401,5 @@ fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
         steps.len(),
         began.elapsed()
     );
-    // The machine may be loaded (2 shared cores): one run there overlapped only ~400
-    // operations, so demand only some real overlap.
-    assert!(overlapping > 100, "too little concurrency: {overlapping}");
+    overlapping
 }

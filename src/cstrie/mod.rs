@@ -52,7 +52,7 @@ mod hamt;
 mod inode;
 mod snapshot;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -437,8 +437,28 @@ impl Hasher for PtrHasher {
 }
 
 /// Every I-node a lookup read, with the committed main node it saw: each I-node is read once
-/// per attempt, and the table is what the double collect re-reads.
-type Reads<'g> = HashMap<usize, (&'g INode, Shared<'g, MainNode>), BuildHasherDefault<PtrHasher>>;
+/// per attempt, and the list is what the double collect re-reads.
+///
+/// The order of reads is the order of the walk, never an order of addresses: a loom model
+/// replays each execution and requires every replay to make the same atomic operations in the
+/// same order, and allocation addresses differ from one execution to the next.
+#[derive(Default)]
+struct Reads<'g> {
+    /// I-node address to its main node as read, to read each I-node once.
+    seen: HashMap<usize, Shared<'g, MainNode>, BuildHasherDefault<PtrHasher>>,
+    /// The same reads, in the order they were made.
+    list: Vec<(&'g INode, Shared<'g, MainNode>)>,
+}
+
+impl Reads<'_> {
+    fn clear(&mut self) {
+        self.seen.clear();
+        self.list.clear();
+    }
+}
+
+/// Addresses already in the next set of live prefixes, for an order-keeping deduplication.
+type Seen = HashSet<usize, BuildHasherDefault<PtrHasher>>;
 
 /// A live pattern prefix during a lookup.
 #[derive(Clone, Copy)]
@@ -455,10 +475,16 @@ struct Live<'g> {
 impl CSTrie {
     /// The C-node of `x` as this attempt sees it; `None` for a tomb, which holds nothing.
     fn read<'g>(&self, x: &'g INode, reads: &mut Reads<'g>, guard: &'g Guard) -> Option<&'g CNode> {
-        let m = reads
-            .entry(x as *const INode as usize)
-            .or_insert_with(|| (x, self.gcas_read(x, guard)))
-            .1;
+        let key = x as *const INode as usize;
+        let m = match reads.seen.get(&key) {
+            Some(&m) => m,
+            None => {
+                let m = self.gcas_read(x, guard);
+                reads.seen.insert(key, m);
+                reads.list.push((x, m));
+                m
+            }
+        };
         Self::cnode(m)
     }
 
@@ -508,6 +534,7 @@ impl CSTrie {
         };
         let mut live: Vec<Live<'g>> = Vec::new();
         let mut next: Vec<Live<'g>> = Vec::new();
+        let mut seen = Seen::default();
         // At the root, a `$` topic takes no wildcard edge.
         if topic.is_dollar() {
             live.push(start);
@@ -538,8 +565,9 @@ impl CSTrie {
                     }
                 }
             }
-            next.sort_unstable_by_key(|p| p.id);
-            next.dedup_by_key(|p| p.id);
+            // Deduplicate keeping the walk's order (see `Reads` for why not by sorting).
+            seen.clear();
+            next.retain(|p| seen.insert(p.id));
             std::mem::swap(&mut live, &mut next);
             if live.is_empty() {
                 return;
@@ -553,7 +581,10 @@ impl CSTrie {
     /// The double collect: whether every I-node read (and the root) is unchanged.
     fn unchanged<'g>(&self, root: &'g INode, reads: &Reads<'g>, guard: &'g Guard) -> bool {
         std::ptr::eq(self.rdcss_read_root(false, guard), root)
-            && reads.values().all(|&(x, m)| self.gcas_read(x, guard) == m)
+            && reads
+                .list
+                .iter()
+                .all(|&(x, m)| self.gcas_read(x, guard) == m)
     }
 
     /// Walks every branch of a read-only trie with an explicit stack, calling `f` with each
