@@ -75,6 +75,10 @@ impl HashKey for Word {
     fn hash64(&self) -> u64 {
         self.0.word.hash64()
     }
+
+    fn prefetch(&self) {
+        super::hamt::prefetch(Arc::as_ptr(&self.0));
+    }
 }
 
 /// The key of a branch: a word or a wildcard.

@@ -34,6 +34,40 @@ const MAX_SHIFT: u32 = 65;
 pub(crate) trait HashKey {
     /// The key's 64-bit hash; equal keys hash equally.
     fn hash64(&self) -> u64;
+
+    /// Asks the CPU to fetch whatever cloning the key will write (an `Arc`'s counter); a hint
+    /// only. See [`clone_slots`].
+    fn prefetch(&self) {}
+}
+
+/// Hints the CPU to fetch the cache line at `p`. Free of effects on the program's state.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: `prefetch` is a hint: it never faults, whatever the address, and changes no
+        // memory; SSE, which it needs, is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// The copy of a node's slots that every update of a persistent node makes.
+///
+/// Why the prefetch: cloning a slot increments an `Arc` counter in the child's own allocation.
+/// In a level of 1,000,000 words those 32 children are cold, and each increment, a locked
+/// instruction, waits for its own cache miss before the next begins: a path of four nodes
+/// cost 128 misses in a row. Fetching every child first lets the misses overlap.
+fn clone_slots<K: HashKey + Clone, V: Clone>(slots: &[Slot<K, V>]) -> Vec<Slot<K, V>> {
+    for slot in slots {
+        match slot {
+            Slot::Leaf { key, .. } => key.prefetch(),
+            Slot::Node(n) => prefetch(Arc::as_ptr(n)),
+        }
+    }
+    slots.to_vec()
 }
 
 /// One process-wide keyed hasher: every trie and snapshot must agree on word hashes because
@@ -290,10 +324,10 @@ impl<K, V> Node<K, V> {
         }
     }
 
-    fn drain_unique(self, f: &mut impl FnMut(K, V)) {
-        match self {
+    fn drain_unique(mut self, f: &mut impl FnMut(K, V)) {
+        match &mut self {
             Node::Branch { slots, .. } => {
-                for slot in slots {
+                for slot in std::mem::take(slots) {
                     match slot {
                         Slot::Leaf { key, value, .. } => f(key, value),
                         Slot::Node(n) => {
@@ -304,7 +338,23 @@ impl<K, V> Node<K, V> {
                     }
                 }
             }
-            Node::Collision { pairs } => pairs.into_iter().for_each(|(k, v)| f(k, v)),
+            Node::Collision { pairs } => {
+                std::mem::take(pairs).into_iter().for_each(|(k, v)| f(k, v))
+            }
+        }
+    }
+}
+
+impl<K, V> Drop for Node<K, V> {
+    /// Fetches the child nodes before the slots are dropped, for the reason `clone_slots`
+    /// gives: each drop decrements a counter in a child that is cold in a wide map.
+    fn drop(&mut self) {
+        if let Node::Branch { slots, .. } = self {
+            for slot in slots.iter() {
+                if let Slot::Node(n) = slot {
+                    prefetch(Arc::as_ptr(n));
+                }
+            }
         }
     }
 }
@@ -342,7 +392,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
             Node::Branch { bitmap, slots } => {
                 let bit = bit_of(hash, shift);
                 let at = index_of(*bitmap, bit);
-                let mut slots = slots.clone();
+                let mut slots = clone_slots(slots);
                 if bitmap & bit == 0 {
                     slots.insert(at, Slot::Leaf { hash, key, value });
                     return (
@@ -425,7 +475,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
                         Removed::Node(node) => Some(Slot::Node(Arc::new(node))),
                     },
                 };
-                let mut slots = slots.clone();
+                let mut slots = clone_slots(slots);
                 let mut bitmap = *bitmap;
                 match replacement {
                     Some(slot) => slots[at] = slot,
