@@ -778,6 +778,26 @@ def _gil_rule(impl: str, batch: int) -> str:
     return "kept"
 
 
+_MARKERS = "osD^v<>pP*Xhd"
+
+
+def _styles(impls: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """A colour, marker and line style per implementation, none repeated on one plot (the
+    default cycle repeats colours after ten lines): topicmatch's matchers solid, peers dashed."""
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab20"].colors
+    ours = {cls.__name__ for cls in matcher_classes()}
+    return {
+        impl: {
+            "color": colours[(2 * i) % 20 + (2 * i) // 20 % 2],
+            "marker": _MARKERS[i % len(_MARKERS)],
+            "linestyle": "-" if impl.split()[0] in ours else "--",
+        }
+        for i, impl in enumerate(impls)
+    }
+
+
 def plots(results: dict[str, Any], out: Path) -> list[Path]:
     """PNG plots; needs matplotlib (the `bench` extra). Returns the files written."""
     try:
@@ -791,9 +811,10 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
     if results.get("scaling"):
         rows = results["scaling"]
         fig, ax = plt.subplots(figsize=(8, 5))
-        for impl in dict.fromkeys(r["impl"] for r in rows):
+        styles = _styles(list(dict.fromkeys(r["impl"] for r in rows)))
+        for impl, style in styles.items():
             pts = sorted((r["n"], r["lookup_s"] * 1e6) for r in rows if r["impl"] == impl)
-            ax.plot(*zip(*pts, strict=True), marker="o", label=impl)
+            ax.plot(*zip(*pts, strict=True), **style, label=impl)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("subscriptions (mixed workload)")
@@ -805,9 +826,10 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
     if results.get("memory"):
         rows = results["memory"]
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        for impl in dict.fromkeys(r["impl"] for r in rows):
+        styles = _styles(list(dict.fromkeys(r["impl"] for r in rows)))
+        for impl, style in styles.items():
             pts = sorted((r["n"], max(r["per_sub"], 0)) for r in rows if r["impl"] == impl)
-            ax.plot(*zip(*pts, strict=True), marker="o", label=impl)
+            ax.plot(*zip(*pts, strict=True), **style, label=impl)
         ax.set_xscale("log")
         ax.set_xlabel("subscriptions (mixed workload)")
         ax.set_ylabel("bytes per subscription (RSS growth)")
@@ -818,9 +840,10 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
     if results.get("threads"):
         rows = results["threads"]
         fig, ax = plt.subplots(figsize=(6, 4))
-        for impl in dict.fromkeys(r["impl"] for r in rows):
+        styles = _styles(list(dict.fromkeys(r["impl"] for r in rows)))
+        for impl, style in styles.items():
             pts = [(r["threads"], r["topics_per_s"]) for r in rows if r["impl"] == impl]
-            ax.plot(*zip(*pts, strict=True), marker="o", label=impl)
+            ax.plot(*zip(*pts, strict=True), **style, label=impl)
         ax.set_xticks(sorted({r["threads"] for r in rows}))
         ax.set_xlabel("Python threads calling lookup_many")
         ax.set_ylabel("topics/s (all threads)")
