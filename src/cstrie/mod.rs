@@ -442,23 +442,74 @@ impl Hasher for PtrHasher {
 /// The order of reads is the order of the walk, never an order of addresses: a loom model
 /// replays each execution and requires every replay to make the same atomic operations in the
 /// same order, and allocation addresses differ from one execution to the next.
+///
+/// Most lookups read a handful of I-nodes, where a linear scan beats hashing and allocates
+/// nothing more: the index by address is built only once the list outgrows [`SCAN_MAX`].
 #[derive(Default)]
 struct Reads<'g> {
-    /// I-node address to its main node as read, to read each I-node once.
-    seen: HashMap<usize, Shared<'g, MainNode>, BuildHasherDefault<PtrHasher>>,
-    /// The same reads, in the order they were made.
+    /// The reads, in the order they were made.
     list: Vec<(&'g INode, Shared<'g, MainNode>)>,
+    /// I-node address to its position in `list`, kept once `list` is longer than `SCAN_MAX`.
+    index: HashMap<usize, usize, BuildHasherDefault<PtrHasher>>,
 }
 
-impl Reads<'_> {
+/// Up to this many entries, `Reads` and `dedup_live` search linearly.
+const SCAN_MAX: usize = 16;
+
+impl<'g> Reads<'g> {
     fn clear(&mut self) {
-        self.seen.clear();
         self.list.clear();
+        self.index.clear();
+    }
+
+    /// The main node read from `x` in this attempt, if it was read.
+    fn get(&self, x: &INode) -> Option<Shared<'g, MainNode>> {
+        if self.list.len() <= SCAN_MAX {
+            self.list
+                .iter()
+                .find(|(y, _)| std::ptr::eq(*y, x))
+                .map(|&(_, m)| m)
+        } else {
+            self.index
+                .get(&(x as *const INode as usize))
+                .map(|&i| self.list[i].1)
+        }
+    }
+
+    fn push(&mut self, x: &'g INode, m: Shared<'g, MainNode>) {
+        self.list.push((x, m));
+        if self.list.len() == SCAN_MAX + 1 {
+            for (i, (y, _)) in self.list.iter().enumerate() {
+                self.index.insert(*y as *const INode as usize, i);
+            }
+        } else if self.list.len() > SCAN_MAX + 1 {
+            self.index
+                .insert(x as *const INode as usize, self.list.len() - 1);
+        }
     }
 }
 
 /// Addresses already in the next set of live prefixes, for an order-keeping deduplication.
 type Seen = HashSet<usize, BuildHasherDefault<PtrHasher>>;
+
+/// Removes repeated prefixes from `live`, keeping the first of each in place (see `Reads` for
+/// why the order must stay). Linear for the short sets most lookups carry.
+fn dedup_live(live: &mut Vec<Live<'_>>, seen: &mut Seen) {
+    if live.len() <= SCAN_MAX {
+        let mut kept = 0;
+        for i in 0..live.len() {
+            let p = live[i];
+            if !live[..kept].iter().any(|q| q.id == p.id) {
+                live[kept] = p;
+                kept += 1;
+            }
+        }
+        live.truncate(kept);
+    } else {
+        seen.clear();
+        live.retain(|p| seen.insert(p.id));
+    }
+}
 
 /// A live pattern prefix during a lookup.
 #[derive(Clone, Copy)]
@@ -475,13 +526,11 @@ struct Live<'g> {
 impl CSTrie {
     /// The C-node of `x` as this attempt sees it; `None` for a tomb, which holds nothing.
     fn read<'g>(&self, x: &'g INode, reads: &mut Reads<'g>, guard: &'g Guard) -> Option<&'g CNode> {
-        let key = x as *const INode as usize;
-        let m = match reads.seen.get(&key) {
-            Some(&m) => m,
+        let m = match reads.get(x) {
+            Some(m) => m,
             None => {
                 let m = self.gcas_read(x, guard);
-                reads.seen.insert(key, m);
-                reads.list.push((x, m));
+                reads.push(x, m);
                 m
             }
         };
@@ -532,8 +581,8 @@ impl CSTrie {
             next: Some(root),
             many: false,
         };
-        let mut live: Vec<Live<'g>> = Vec::new();
-        let mut next: Vec<Live<'g>> = Vec::new();
+        let mut live: Vec<Live<'g>> = Vec::with_capacity(8);
+        let mut next: Vec<Live<'g>> = Vec::with_capacity(8);
         let mut seen = Seen::default();
         // At the root, a `$` topic takes no wildcard edge.
         if topic.is_dollar() {
@@ -566,8 +615,7 @@ impl CSTrie {
                 }
             }
             // Deduplicate keeping the walk's order (see `Reads` for why not by sorting).
-            seen.clear();
-            next.retain(|p| seen.insert(p.id));
+            dedup_live(&mut next, &mut seen);
             std::mem::swap(&mut live, &mut next);
             if live.is_empty() {
                 return;
@@ -684,7 +732,10 @@ impl Matcher for CSTrie {
         let start = out.len();
         {
             let guard = &self.pin();
-            let mut reads = Reads::default();
+            let mut reads = Reads {
+                list: Vec::with_capacity(8),
+                index: HashMap::default(),
+            };
             let attempts = if self.read_only { 1 } else { LOOKUP_ATTEMPTS };
             for _ in 0..attempts {
                 reads.clear();
@@ -904,6 +955,61 @@ mod tests {
         assert_eq!(t.remove_subscriber(7), 3);
         assert_eq!(t.len(), 3);
         assert_eq!(sorted(t.lookup_str("a.b").unwrap()), vec![8]);
+    }
+
+    /// Lookups that read more I-nodes and carry more live prefixes than `SCAN_MAX`, where
+    /// `Reads` and `dedup_live` switch from scanning to hashing, agree with the naive matcher.
+    #[test]
+    fn lookups_past_the_linear_scan_limit() {
+        for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
+            let t = CSTrie::new(d);
+            let naive = crate::NaiveMatcher::new(d);
+            let (one, many, sep) = (d.one_word(), d.many_words(), d.separator() as char);
+            let mut id = 0;
+            for depth in 1..=3 * SCAN_MAX {
+                let mut words: Vec<String> = (0..depth).map(|i| format!("w{}", i % 3)).collect();
+                for (k, w) in words.iter_mut().enumerate() {
+                    if (k + depth) % 4 == 0 {
+                        *w = one.to_owned();
+                    }
+                }
+                let texts = [
+                    words.join(&sep.to_string()),
+                    format!("{}{sep}{many}", words[..depth / 2].join(&sep.to_string())),
+                ];
+                for text in texts.iter().filter(|x| !x.starts_with(sep)) {
+                    let pat = p(d, text);
+                    t.subscribe(&pat, id);
+                    naive.subscribe(&pat, id);
+                    id += 1;
+                }
+            }
+            // Every mix of word and one-word wildcard over five levels: 32 live prefixes at once.
+            for mask in 0..32u32 {
+                let words: Vec<String> = (0..5)
+                    .map(|i| match mask >> i & 1 {
+                        1 => one.to_owned(),
+                        _ => format!("w{}", i % 3),
+                    })
+                    .collect();
+                let text = format!("{}{sep}{many}", words.join(&sep.to_string()));
+                let pat = p(d, &text);
+                t.subscribe(&pat, id);
+                naive.subscribe(&pat, id);
+                id += 1;
+            }
+            for len in [SCAN_MAX, 2 * SCAN_MAX, 3 * SCAN_MAX + 1] {
+                let words: Vec<String> = (0..len).map(|i| format!("w{}", i % 3)).collect();
+                let text = words.join(&sep.to_string());
+                let topic = d.parse_topic(&text).unwrap();
+                assert_eq!(
+                    sorted(t.lookup(&topic)),
+                    sorted(naive.lookup(&topic)),
+                    "{d:?} {len}"
+                );
+                assert_eq!(sorted(t.snapshot().lookup(&topic)), sorted(naive.lookup(&topic)));
+            }
+        }
     }
 
     #[test]
