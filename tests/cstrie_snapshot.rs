@@ -1,11 +1,13 @@
 //! A read-only snapshot of a `CSTrie`, taken at any point of a random workload, equals the
-//! oracle's state at that point whatever is written afterwards, in every dialect.
+//! oracle's state at that point whatever is written afterwards, in every dialect; and both the
+//! live trie (after every write) and each snapshot keep the invariants `CSTrie::validate` checks.
 
 mod common;
 
 use common::{ops, Op};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use topicmatch::cstrie::Quiescence;
 use topicmatch::{CSTrie, Dialect, Matcher, NaiveMatcher};
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
@@ -53,9 +55,16 @@ fn snapshots_stay_frozen(d: Dialect, ops: &[Op], every: usize) -> Result<(), Tes
             }
             Op::Lookup(_) => {}
         }
+        // The live trie keeps its invariants after every write, snapshots or not.
+        if let Err(e) = trie.validate(Quiescence::Sequential) {
+            prop_assert!(false, "after {:?}: {}", op, e);
+        }
     }
     for (snap, pairs, lookups) in &taken {
         prop_assert!(snap.is_read_only());
+        if let Err(e) = snap.validate(Quiescence::Sequential) {
+            prop_assert!(false, "snapshot: {}", e);
+        }
         prop_assert_eq!(&sorted(snap.subscriptions()), pairs);
         prop_assert_eq!(snap.len(), pairs.len());
         for (t, want) in topics.iter().zip(lookups) {

@@ -383,6 +383,9 @@ fn run_and_check_one_history(run: u64) -> usize {
         }
     }
     assert_eq!(trie.len(), oracle.len());
+    if let Err(e) = trie.validate(topicmatch::cstrie::Quiescence::AfterConcurrentWrites) {
+        panic!("invariant broken after the concurrent history: {e}");
+    }
     let mut got = trie.subscriptions();
     let mut want = oracle.subscriptions();
     got.sort();

@@ -309,6 +309,71 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
     }
 }
 
+impl<K: HashKey, V> PMap<K, V> {
+    /// Checks invariants 1 to 4, and that every leaf sits where its hash puts it.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let Some(root) = &self.root else {
+            return match self.len {
+                0 => Ok(()),
+                n => Err(format!("no nodes but len {n}")),
+            };
+        };
+        // (node, shift, the hash bits the path to it fixed)
+        let mut stack: Vec<(&Node<K, V>, u32, u64)> = vec![(root, 0, 0)];
+        let mut count = 0;
+        while let Some((node, shift, prefix)) = stack.pop() {
+            let below_root = shift > 0;
+            match node {
+                Node::Branch { bitmap, slots } => {
+                    if bitmap.count_ones() as usize != slots.len() {
+                        return Err("bitmap and slots disagree".into());
+                    }
+                    if below_root && slots.is_empty() {
+                        return Err("an empty node below the root".into());
+                    }
+                    if below_root && matches!(slots.as_slice(), [Slot::Leaf { .. }]) {
+                        return Err("a single leaf below the root".into());
+                    }
+                    let bits = (0..32).filter(|b| bitmap & (1 << b) != 0);
+                    for (slot, b) in slots.iter().zip(bits) {
+                        let prefix = prefix | (b as u64) << shift;
+                        match slot {
+                            Slot::Leaf { hash, key, .. } => {
+                                count += 1;
+                                if *hash != key.hash64() {
+                                    return Err("a leaf with a stale hash".into());
+                                }
+                                let fixed = match shift + BITS {
+                                    64.. => u64::MAX,
+                                    bits => (1u64 << bits) - 1,
+                                };
+                                if hash & fixed != prefix {
+                                    return Err("a leaf off its hash path".into());
+                                }
+                            }
+                            Slot::Node(n) => stack.push((n, shift + BITS, prefix)),
+                        }
+                    }
+                }
+                Node::Collision { pairs } => {
+                    if shift < MAX_SHIFT || pairs.len() < 2 {
+                        return Err("a collision node that is not one".into());
+                    }
+                    let h = pairs[0].0.hash64();
+                    if pairs.iter().any(|(k, _)| k.hash64() != h) {
+                        return Err("a collision node of different hashes".into());
+                    }
+                    count += pairs.len();
+                }
+            }
+        }
+        if count != self.len {
+            return Err(format!("{count} pairs but len {}", self.len));
+        }
+        Ok(())
+    }
+}
+
 impl<K, V> Node<K, V> {
     fn for_each<'a>(&'a self, f: &mut impl FnMut(&'a K, &'a V)) {
         match self {

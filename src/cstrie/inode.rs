@@ -45,7 +45,7 @@ pub(crate) const FAILED: usize = 1;
 /// A generation: I-nodes of one generation may be written only while the trie's root is of
 /// the same generation (section 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Gen(u64);
+pub(crate) struct Gen(pub(super) u64);
 
 impl Gen {
     /// A generation never handed out before.

@@ -9,6 +9,7 @@
 //! | `hamt.rs` | the persistent maps inside a C-node (Bagwell's HAMT) |
 //! | `gcas.rs` | `GCAS`, `GCAS_Complete`, `GCAS_READ` (section 3, figure 6) |
 //! | `snapshot.rs` | `RDCSS_ROOT`, `RDCSS_Complete`, `RDCSS_READ_ROOT`, `readOnlySnapshot` (figures 5, 7) |
+//! | `validate.rs` | the invariants of all of the above, checked on demand |
 //! | this file | `insert`, `remove`, `clean`/`cleanParent`, `lookup` (figures 2 to 4) |
 //!
 //! A pattern of n words is a path of n branches: the branch of word k lives in the C-node of
@@ -51,6 +52,7 @@ mod gcas;
 mod hamt;
 mod inode;
 mod snapshot;
+mod validate;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -63,6 +65,7 @@ use self::cnode::{Branch, CNode, Key};
 use self::hamt::PSet;
 use self::inode::{Gen, INode, Main, MainNode};
 use self::snapshot::RootNode;
+pub use self::validate::Quiescence;
 use crate::dialect::{Dialect, Pattern, Token, Topic};
 use crate::matcher::{dedup_from, Matcher, SubscriberId};
 use crate::sync::AtomicUsize;
@@ -1007,7 +1010,10 @@ mod tests {
                     sorted(naive.lookup(&topic)),
                     "{d:?} {len}"
                 );
-                assert_eq!(sorted(t.snapshot().lookup(&topic)), sorted(naive.lookup(&topic)));
+                assert_eq!(
+                    sorted(t.snapshot().lookup(&topic)),
+                    sorted(naive.lookup(&topic))
+                );
             }
         }
     }
