@@ -168,13 +168,13 @@ $(VENV)/.bench: pyproject.toml | venv
 		| xargs $(BIN)/pip install -q
 	touch $@
 
-# The whole report: criterion (Rust; TOPICMATCH_BENCH_FULL=1 adds the 1M sizes, CRITERION_ARGS
-# passes options such as --quick) and `topicmatch bench` (Python and peers; BENCH_ARGS=--quick
-# for the five-minute version) into bench-out/.
+# The whole report: every criterion bench in benches/ (Rust; TOPICMATCH_BENCH_FULL=1 adds the 1M
+# sizes of `matchers`, CRITERION_ARGS passes options such as --quick) and `topicmatch bench`
+# (Python and peers; BENCH_ARGS=--quick for the five-minute version) into bench-out/.
 CRITERION_ARGS ?=
 BENCH_ARGS ?=
 bench: build $(VENV)/.bench
-	cargo bench --bench matchers -- $(CRITERION_ARGS)
+	cargo bench --benches -- $(CRITERION_ARGS)
 	$(BIN)/topicmatch bench --out bench-out $(BENCH_ARGS)
 
 clean:
