@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use topicmatch::{CSTrie, Dialect, Matcher, NaiveMatcher, Pattern, Topic, Trie};
+use topicmatch::{
+    CSTrie, Dialect, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Pattern, Topic, Trie,
+};
 
 #[path = "workload.rs"]
 mod workload;
@@ -32,12 +34,16 @@ const MATCHERS: &[(&str, Make)] = &[
     ("NaiveMatcher", |d| Box::new(NaiveMatcher::new(d))),
     ("Trie", |d| Box::new(Trie::new(d))),
     ("CSTrie", |d| Box::new(CSTrie::new(d))),
+    ("InvertedBitmap", |d| Box::new(InvertedBitmap::new(d))),
+    ("LevelBitmap", |d| Box::new(LevelBitmap::new(d))),
 ];
 
-/// The matchers raced in the thread benches (the lock-free CSTrie joins the `RwLock` Trie).
+/// The matchers raced in the thread benches: the `RwLock` Trie, the lock-free CSTrie, and the
+/// left-right InvertedBitmap, whose readers never wait for a writer either.
 const CONCURRENT: &[(&str, Make)] = &[
     ("Trie", |d| Box::new(Trie::new(d))),
     ("CSTrie", |d| Box::new(CSTrie::new(d))),
+    ("InvertedBitmap", |d| Box::new(InvertedBitmap::new(d))),
 ];
 
 /// Matchers whose lookup scans every pattern: kept to the smaller sizes unless full.
