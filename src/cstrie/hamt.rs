@@ -100,7 +100,7 @@ impl HashKey for u32 {
 }
 
 /// A persistent map; every update returns a new map sharing all untouched nodes.
-pub(crate) struct PMap<K, V> {
+pub(crate) struct PMap<K: HashKey, V> {
     root: Option<Arc<Node<K, V>>>,
     len: usize,
 }
@@ -108,23 +108,23 @@ pub(crate) struct PMap<K, V> {
 /// A persistent set of subscriber ids.
 pub(crate) type PSet = PMap<u32, ()>;
 
-enum Node<K, V> {
+enum Node<K: HashKey, V> {
     Branch { bitmap: u32, slots: Vec<Slot<K, V>> },
     Collision { pairs: Vec<(K, V)> },
 }
 
-enum Slot<K, V> {
+enum Slot<K: HashKey, V> {
     Leaf { hash: u64, key: K, value: V },
     Node(Arc<Node<K, V>>),
 }
 
-impl<K, V> Default for PMap<K, V> {
+impl<K: HashKey, V> Default for PMap<K, V> {
     fn default() -> Self {
         PMap { root: None, len: 0 }
     }
 }
 
-impl<K, V> Clone for PMap<K, V> {
+impl<K: HashKey, V> Clone for PMap<K, V> {
     fn clone(&self) -> Self {
         PMap {
             root: self.root.clone(),
@@ -133,7 +133,7 @@ impl<K, V> Clone for PMap<K, V> {
     }
 }
 
-impl<K: Clone, V: Clone> Clone for Node<K, V> {
+impl<K: HashKey + Clone, V: Clone> Clone for Node<K, V> {
     fn clone(&self) -> Self {
         match self {
             Node::Branch { bitmap, slots } => Node::Branch {
@@ -147,7 +147,7 @@ impl<K: Clone, V: Clone> Clone for Node<K, V> {
     }
 }
 
-impl<K: Clone, V: Clone> Clone for Slot<K, V> {
+impl<K: HashKey + Clone, V: Clone> Clone for Slot<K, V> {
     fn clone(&self) -> Self {
         match self {
             Slot::Leaf { hash, key, value } => Slot::Leaf {
@@ -169,7 +169,7 @@ fn index_of(bitmap: u32, bit: u32) -> usize {
 }
 
 /// What a removal left of a node.
-enum Removed<K, V> {
+enum Removed<K: HashKey, V> {
     /// The key was not there.
     Absent,
     /// Nothing is left.
@@ -180,7 +180,7 @@ enum Removed<K, V> {
     Node(Node<K, V>),
 }
 
-impl<K, V> PMap<K, V> {
+impl<K: HashKey, V> PMap<K, V> {
     /// The number of pairs.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -374,7 +374,7 @@ impl<K: HashKey, V> PMap<K, V> {
     }
 }
 
-impl<K, V> Node<K, V> {
+impl<K: HashKey, V> Node<K, V> {
     fn for_each<'a>(&'a self, f: &mut impl FnMut(&'a K, &'a V)) {
         match self {
             Node::Branch { slots, .. } => {
@@ -410,14 +410,15 @@ impl<K, V> Node<K, V> {
     }
 }
 
-impl<K, V> Drop for Node<K, V> {
-    /// Fetches the child nodes before the slots are dropped, for the reason `clone_slots`
-    /// gives: each drop decrements a counter in a child that is cold in a wide map.
+impl<K: HashKey, V> Drop for Node<K, V> {
+    /// Fetches the children before the slots are dropped, for the reason `clone_slots` gives:
+    /// each drop decrements a counter in a child that is cold in a wide map.
     fn drop(&mut self) {
         if let Node::Branch { slots, .. } = self {
             for slot in slots.iter() {
-                if let Slot::Node(n) = slot {
-                    prefetch(Arc::as_ptr(n));
+                match slot {
+                    Slot::Leaf { key, .. } => key.prefetch(),
+                    Slot::Node(n) => prefetch(Arc::as_ptr(n)),
                 }
             }
         }
