@@ -141,6 +141,22 @@ fn wide_level(c: &mut Criterion) {
                     total
                 })
             });
+            // The read half of such a write: the same level walked to 4,096 words spread over
+            // it, which splits a subscribe's cost into finding its place and changing it.
+            let topics: Vec<String> = (0..4096)
+                .map(|i| format!("users.{}", (i * 7919) % n))
+                .collect();
+            let topics: Vec<_> = topics.iter().map(|t| D.parse_topic(t).unwrap()).collect();
+            let mut out = Vec::new();
+            let mut k = 0;
+            g.bench_function(BenchmarkId::new(format!("{name} lookup"), n), |b| {
+                b.iter(|| {
+                    k = (k + 1) % topics.len();
+                    out.clear();
+                    m.lookup_into(&topics[k], &mut out);
+                    black_box(out.len())
+                })
+            });
         }
     }
     g.finish();
