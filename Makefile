@@ -71,10 +71,11 @@ $(VENV)/.dist: $(VENV)/.deps pyproject.toml
 	$(BIN)/pip install -q --group dist
 	touch $@
 
-# The extension, built in release mode and installed (editable) with the test, lint, bench and
-# spark extras: the bench extra (the Python peers and matplotlib, about 30 s to install) lets the
-# tests that check each peer's answers against ours run in CI; the spark extra (PySpark,
-# pyarrow, pandas) serves the Spark tests and `make demo`.
+# The extension, built in release mode and installed (editable) with the test, lint, bench,
+# spark and fuzz extras: the bench extra (the Python peers and matplotlib, about 30 s to install)
+# lets the tests that check each peer's answers against ours run in CI; the spark extra
+# (PySpark, pyarrow, pandas) serves the Spark tests and `make demo`; the fuzz extra (atheris)
+# the Python API's fuzz harness in `make test-fuzz`.
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
 		$(BIN)/maturin develop --release --extras test,lint,bench,spark,fuzz --quiet
