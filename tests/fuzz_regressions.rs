@@ -1,5 +1,7 @@
 //! Replays the fuzz corpus and every crash found so far (fuzz/corpus/, fuzz/regressions/)
 //! through the fuzz targets' checks, so a fixed crash stays fixed without running a fuzzer.
+//! `FUZZ_CORPUS_EXTRA=DIR` adds `DIR/<target>/` too: `make leak-check` replays the corpus that
+//! the fuzz runs grew (target/fuzz-corpus/) under valgrind.
 
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
@@ -8,9 +10,13 @@ use std::path::Path;
 
 fn inputs(target: &str) -> Vec<Vec<u8>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut dirs = vec![root.join("corpus"), root.join("regressions")];
+    if let Some(extra) = std::env::var_os("FUZZ_CORPUS_EXTRA") {
+        dirs.push(extra.into());
+    }
     let mut out = Vec::new();
-    for dir in ["corpus", "regressions"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir.join(target)) else {
             continue;
         };
         for entry in entries.flatten() {

@@ -12,13 +12,16 @@
 //! 1. every lookup converts its ids while pinned to a crossbeam-epoch guard, and a released id
 //!    is returned to the free list only by a function deferred on that epoch: it cannot be
 //!    reused until every lookup that might have read it has finished;
-//! 2. while a snapshot that shares the registry is alive, released ids keep their objects
-//!    (the snapshot may still hold them) and wait in `pending` until the last snapshot goes.
+//! 2. while a snapshot taken before an id's release is alive, the id keeps its object (the
+//!    snapshot may still hold it) and waits in `pending` until every such snapshot is gone.
+//!    Snapshots taken after the release cannot hold it, so a program that always keeps some
+//!    snapshot alive (taking the next before dropping the last) still gets its ids back.
 //!
 //! Locks: `slots` is taken with `lock_py_attached`, which detaches from the interpreter while it
 //! waits, because the `dict` calls made under it can run Python code (`__hash__`, `__eq__`).
 //! `objects` is held only for reads and writes of the table, never across Python code.
 
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use pyo3::prelude::*;
@@ -31,10 +34,17 @@ use crate::matcher::SubscriberId;
 struct Slots {
     /// Pairs (and in-flight subscribes) using each id; 0 for a free id.
     counts: Vec<u32>,
-    /// Ids released while snapshots were alive.
-    pending: Vec<SubscriberId>,
-    /// Live snapshots sharing this registry.
-    snapshots: usize,
+    /// Ids whose count fell to zero while snapshots were alive, each with the number the next
+    /// snapshot would get at that moment: only snapshots numbered below it may hold the id.
+    /// In release order, so in order of that number.
+    pending: VecDeque<(u64, SubscriberId)>,
+    /// For each id in `pending`, the number of its latest entry: an id whose count fell to
+    /// zero, rose and fell again waits for the snapshots before its last fall, not its first.
+    latest: HashMap<SubscriberId, u64>,
+    /// The numbers of the live snapshots sharing this registry.
+    snapshots: BTreeSet<u64>,
+    /// The number the next snapshot gets.
+    next_snapshot: u64,
 }
 
 /// The object ↔ id maps of one matcher and its snapshots.
@@ -152,10 +162,12 @@ impl Registry {
         let count = &mut slots.counts[id as usize];
         *count = count.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
         if *count == 0 {
-            if slots.snapshots > 0 {
-                slots.pending.push(id);
-            } else {
+            if slots.snapshots.is_empty() {
                 self.release(py, id);
+            } else {
+                let taken = slots.next_snapshot;
+                slots.pending.push_back((taken, id));
+                slots.latest.insert(id, taken);
             }
         }
     }
@@ -164,11 +176,13 @@ impl Registry {
     /// Caller holds `slots`.
     fn release(&self, py: Python<'_>, id: SubscriberId) {
         let obj = self.objects.write().unwrap_or_else(PoisonError::into_inner)[id as usize].take();
-        if let Some(obj) = obj {
-            // The object hashed when it was added; if its hash now fails, it stays in the dict
-            // (unreachable) rather than leaving the registry half-updated.
-            let _ = self.ids.bind(py).del_item(obj.bind(py));
-        }
+        let Some(obj) = obj else {
+            // Already released: the id must reach the free list once only.
+            return;
+        };
+        // The object hashed when it was added; if its hash now fails, it stays in the dict
+        // (unreachable) rather than leaving the registry half-updated.
+        let _ = self.ids.bind(py).del_item(obj.bind(py));
         let free = Arc::clone(&self.free);
         let guard = crossbeam_epoch::pin();
         guard.defer(move || lock(&free).push(id));
@@ -176,26 +190,40 @@ impl Registry {
         guard.flush();
     }
 
-    /// Records a new snapshot sharing this registry.
-    pub(crate) fn add_snapshot(&self, py: Python<'_>) {
-        self.slots
-            .lock_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner)
-            .snapshots += 1;
-    }
-
-    /// Records that a snapshot is gone; the last one releases the ids that waited for it.
-    pub(crate) fn drop_snapshot(&self, py: Python<'_>) {
+    /// Records a new snapshot sharing this registry; returns its number, for
+    /// [`Registry::drop_snapshot`].
+    pub(crate) fn add_snapshot(&self, py: Python<'_>) -> u64 {
         let mut slots = self
             .slots
             .lock_py_attached(py)
             .unwrap_or_else(PoisonError::into_inner);
-        slots.snapshots -= 1;
-        if slots.snapshots == 0 {
-            for id in std::mem::take(&mut slots.pending) {
-                if slots.counts[id as usize] == 0 {
-                    self.release(py, id);
-                }
+        let n = slots.next_snapshot;
+        slots.next_snapshot += 1;
+        slots.snapshots.insert(n);
+        n
+    }
+
+    /// Records that snapshot `n` is gone, and releases the ids that waited only for snapshots
+    /// older than every one still alive.
+    pub(crate) fn drop_snapshot(&self, py: Python<'_>, n: u64) {
+        let mut slots = self
+            .slots
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        slots.snapshots.remove(&n);
+        let oldest = slots.snapshots.first().copied().unwrap_or(u64::MAX);
+        while let Some(&(taken, id)) = slots.pending.front() {
+            // Snapshots numbered `taken` and later came after the release: none can hold `id`.
+            if taken > oldest {
+                break;
+            }
+            slots.pending.pop_front();
+            if slots.latest.get(&id) != Some(&taken) {
+                continue; // a later entry of the same id decides
+            }
+            slots.latest.remove(&id);
+            if slots.counts[id as usize] == 0 {
+                self.release(py, id);
             }
         }
     }

@@ -8,13 +8,13 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::errors::to_py;
 use super::registry::Registry;
 use super::text::{utf8, Kind};
 use super::topic_index::{check_pickle_format, PICKLE_FORMAT};
-use crate::selector::{SelectorIndex, DEFAULT_CACHE_SIZE};
+use crate::selector::{Selector, SelectorIndex, DEFAULT_CACHE_SIZE};
 
 // The Python signature spells the default out, so that it shows in `help()` and the stubs.
 const _: () = assert!(DEFAULT_CACHE_SIZE == 100_000);
@@ -82,6 +82,14 @@ impl SelectorIndexPy {
                 self.core.unsubscribe(selector, id).map_err(to_py)?,
             ))
         })?;
+        if removed == 0 {
+            // The core is never asked when the subscriber is unknown: an invalid selector must
+            // still raise, as it does for a known subscriber.
+            subscriber
+                .py()
+                .detach(|| Selector::parse(selector))
+                .map_err(to_py)?;
+        }
         Ok(removed == 1)
     }
 
@@ -95,7 +103,9 @@ impl SelectorIndexPy {
     /// string, or a list of them), each once.
     fn lookup<'py>(&self, topics: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let py = topics.py();
-        let items: Vec<Bound<'py, PyAny>> = if topics.is_instance_of::<PyString>() {
+        // One topic is a str or bytes (as the stub says); bytes must not be iterated as ints.
+        let one = topics.is_instance_of::<PyString>() || topics.is_instance_of::<PyBytes>();
+        let items: Vec<Bound<'py, PyAny>> = if one {
             vec![topics.clone()]
         } else {
             topics.try_iter()?.collect::<PyResult<_>>()?

@@ -26,7 +26,7 @@ impl<M> Drop for TopicIndex<M> {
     fn drop(&mut self) {
         if self.read_only {
             // Dropped from the class's dealloc, attached to the interpreter.
-            Python::attach(|py| self.registry.drop_snapshot(py));
+            Python::attach(|py| self.registry.drop_snapshot(py, self.snapshot_seq));
         }
     }
 }
@@ -63,6 +63,8 @@ pub(crate) struct TopicIndex<M> {
     pub(crate) registry: Arc<Registry>,
     /// Set on snapshots: every write raises `TypeError`.
     pub(crate) read_only: bool,
+    /// On a snapshot, its number in the registry (see `Registry::add_snapshot`).
+    snapshot_seq: u64,
     /// Whether a lookup's cost grows with the number of patterns (the naive scan).
     pub(crate) scan_lookup: bool,
 }
@@ -77,6 +79,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             core: Arc::new(core),
             registry: Arc::new(Registry::new(py)),
             read_only: false,
+            snapshot_seq: 0,
             scan_lookup,
         }
     }
@@ -84,11 +87,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// A read-only index over `core` (a snapshot of `self.core`) that shares the registry, so
     /// its ids keep their objects for as long as it lives.
     pub(crate) fn share_read_only(&self, py: Python<'_>, core: M) -> Self {
-        self.registry.add_snapshot(py);
+        let snapshot_seq = self.registry.add_snapshot(py);
         TopicIndex {
             core: Arc::new(core),
             registry: Arc::clone(&self.registry),
             read_only: true,
+            snapshot_seq,
             scan_lookup: self.scan_lookup,
         }
     }

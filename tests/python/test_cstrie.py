@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -51,6 +52,51 @@ def test_snapshot_keeps_removed_subscribers_and_their_ids():
     del snap
     m.subscribe("a", "after")
     assert m.lookup("a") == ["after"]
+
+
+class Conn:
+    """A subscriber that a weak reference can watch."""
+
+
+def test_subscribers_are_freed_while_some_snapshot_is_always_alive():
+    """Found by the Python soak: with a snapshot always alive (the next taken before the last
+    is dropped), removed subscribers waited for a moment with no snapshot at all, so their
+    objects and ids piled up without bound. Each now waits only for the snapshots taken before
+    it was removed."""
+    m = tm.CSTrie("amqp")
+    snaps = [m.snapshot()]
+    refs = []
+    for _ in range(200):
+        c = Conn()
+        refs.append(weakref.ref(c))
+        m.subscribe("a.*", c)
+        snaps.append(m.snapshot())
+        assert [o is c for o in snaps[-1].lookup("a.b")] == [True]
+        m.unsubscribe("a.*", c)
+        del c
+        snaps.append(m.snapshot())  # the next one first, so one is always alive
+        del snaps[:2]  # then the one before this subscriber's and the one that holds it
+    assert len(snaps) == 1
+    # Every removed subscriber is freed, though a snapshot was alive all along.
+    assert sum(r() is not None for r in refs) == 0
+    assert snaps[0].lookup("a.b") == []
+
+
+def test_an_id_that_falls_to_zero_twice_waits_for_its_last_fall():
+    m = tm.CSTrie("amqp")
+    c = Conn()
+    early = m.snapshot()
+    m.subscribe("a", c)
+    m.unsubscribe("a", c)  # waits for `early`
+    m.subscribe("a", c)
+    late = m.snapshot()  # holds c
+    m.unsubscribe("a", c)  # waits for `late` too
+    del early
+    newcomers = [Conn() for _ in range(20)]
+    for n in newcomers:
+        m.subscribe("b", n)
+    assert late.lookup("a")[0] is c
+    assert late.lookup("b") == []
 
 
 def test_snapshot_of_a_snapshot_and_pickle():

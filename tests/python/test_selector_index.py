@@ -59,6 +59,27 @@ def test_invalid_selectors_raise_invalid_pattern_and_change_nothing():
     assert idx.lookup("a") == ["s"]
 
 
+def test_unsubscribe_of_an_invalid_selector_raises_even_for_an_unknown_subscriber():
+    # Found by the atheris harness: the binding answered False without asking the core.
+    idx = tm.SelectorIndex()
+    for bad in ("re:(", "re:", "", "https://example.com/{id"):
+        with pytest.raises(tm.InvalidPattern):
+            idx.unsubscribe(bad, "nobody")
+    idx.subscribe("a", "s")
+    with pytest.raises(tm.InvalidPattern):
+        idx.unsubscribe("re:(", "s")
+
+
+def test_lookup_takes_one_topic_as_bytes():
+    # Found by the atheris harness: bytes were iterated as a list of ints.
+    idx = tm.SelectorIndex()
+    idx.subscribe("https://example.com/books/{id}", "r")
+    assert idx.lookup(b"https://example.com/books/1") == ["r"]
+    assert idx.lookup([b"https://example.com/books/1"]) == ["r"]
+    with pytest.raises(tm.InvalidTopic):
+        idx.lookup(b"\xff")
+
+
 def test_cache_stats_count_hits_and_misses():
     idx = tm.SelectorIndex(cache_size=2)
     idx.subscribe(BOOKS, 1)
