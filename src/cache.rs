@@ -71,7 +71,7 @@ pub const OFF_BELOW_PERCENT: u32 = 25;
 pub const ON_FROM_PERCENT: u32 = 50;
 
 /// While the cache is off, one lookup in this many still probes and stores.
-pub const SAMPLE: u32 = 32;
+pub const SAMPLE: u32 = 64;
 
 /// Counter stripes: each thread counts on its own cache line, so hits on many threads do not
 /// fight over one line (NATS's `cacheHits` is one shared counter).
@@ -161,6 +161,7 @@ impl Generation {
 #[derive(Default)]
 struct Stripe {
     hits: AtomicU64,
+    /// Misses of lookups that probed.
     misses: AtomicU64,
     bypassed: AtomicU64,
     evictions: AtomicU64,
@@ -187,8 +188,8 @@ impl Stripe {
 pub struct CacheStats {
     /// Lookups answered from the cache.
     pub hits: u64,
-    /// Lookups that were not. A disabled cache (size 0) counts nothing: its lookups go to the
-    /// inner matcher with no bookkeeping at all.
+    /// Lookups that were not, bypassed ones included. A disabled cache (size 0) counts
+    /// nothing: its lookups go to the inner matcher with no bookkeeping at all.
     pub misses: u64,
     /// Of the misses, those that skipped the cache because admission had turned it off.
     pub bypassed: u64,
@@ -217,6 +218,8 @@ struct Cache {
     bytes: AtomicUsize,
     topics: AtomicUsize,
     mode: AtomicU8,
+    /// Whether admission may turn the cache off (see [`Cached::without_admission`]).
+    adaptive: bool,
     stripes: Box<[Stripe]>,
     gen: Generation,
 }
@@ -311,6 +314,7 @@ impl<M: Matcher> Cached<M> {
                 bytes: AtomicUsize::new(0),
                 topics: AtomicUsize::new(0),
                 mode: AtomicU8::new(ON),
+                adaptive: true,
                 stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
                 gen: Generation {
                     gen: AtomicU64::new(0),
@@ -323,6 +327,16 @@ impl<M: Matcher> Cached<M> {
             cache,
             cache_size,
         }
+    }
+
+    /// The same cache with admission turned off: it probes and stores on every lookup whatever
+    /// its hit rate (to measure what admission saves; not for production).
+    #[must_use]
+    pub fn without_admission(mut self) -> Self {
+        if let Some(c) = &mut self.cache {
+            c.adaptive = false;
+        }
+        self
     }
 
     /// The matcher behind the cache.
@@ -351,8 +365,9 @@ impl<M: Matcher> Cached<M> {
         };
         for st in c.stripes.iter() {
             s.hits += st.hits.load(Relaxed);
-            s.misses += st.misses.load(Relaxed);
-            s.bypassed += st.bypassed.load(Relaxed);
+            let bypassed = st.bypassed.load(Relaxed);
+            s.misses += st.misses.load(Relaxed) + bypassed;
+            s.bypassed += bypassed;
             s.evictions += st.evictions.load(Relaxed);
         }
         s
@@ -395,7 +410,7 @@ impl Cache {
         } else {
             stripe.window_hits.load(Relaxed)
         };
-        if Stripe::bump(&stripe.window_lookups) < WINDOW {
+        if !self.adaptive || Stripe::bump(&stripe.window_lookups) < WINDOW {
             return;
         }
         let percent = hits.saturating_mul(100) / WINDOW;
@@ -412,7 +427,7 @@ impl Cache {
     fn lookup_into<M: Matcher>(&self, inner: &M, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         let stripe = &self.stripes[stripe_index()];
         if !self.admits(stripe) {
-            stripe.misses.fetch_add(1, Relaxed);
+            // One counter on this path: `misses` adds the bypassed in `cache_stats`.
             stripe.bypassed.fetch_add(1, Relaxed);
             inner.lookup_into(topic, out);
             return;

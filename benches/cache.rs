@@ -1,0 +1,234 @@
+//! The result cache (`Cached`) against the bare matcher, for `CSTrie` and `Trie`:
+//!
+//! - `throughput`: fast-topic-matching's msg/s workload (1,000 three-level digit patterns,
+//!   12.9 % with `*`, 100,000 messages drawn from them): few distinct topics, a hot cache;
+//! - `ids`: a wide level, `users.<id>.events` over 1,000,000 subscribed ids, 100,000 topics
+//!   nearly all distinct: a cold cache, where admission must turn it off;
+//! - `churn`: the throughput workload with one subscribe or unsubscribe every 100 lookups,
+//!   where the global generation invalidates every entry at each write.
+//!
+//! Each case runs bare (`uncached`), with the default cache (`cached`), and on `ids` and
+//! `churn` also with admission off (`cached-always`), so the ratio admission buys shows.
+//! After the timings it prints each cached matcher's `cache_stats` (hit rate, bypasses).
+//! `cargo bench --bench cache`; under `cargo test` it runs once on small sizes.
+
+#[path = "workload.rs"]
+mod workload;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use topicmatch::cache::{CacheStats, DEFAULT_CACHE_SIZE};
+use topicmatch::{CSTrie, Cached, Dialect, Matcher, Pattern, Topic, Trie};
+
+const D: Dialect = Dialect::Amqp;
+
+/// Lookups between two writes in the churn case.
+const CHURN_EVERY: usize = 100;
+
+#[derive(Clone, Copy)]
+enum Mode {
+    Uncached,
+    Cached,
+    CachedAlways,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Uncached => "uncached",
+            Mode::Cached => "cached",
+            Mode::CachedAlways => "cached-always",
+        }
+    }
+}
+
+/// A matcher under test and, when cached, a way to read its counters.
+struct Subject {
+    m: Arc<dyn Matcher>,
+    stats: Option<Box<dyn Fn() -> CacheStats>>,
+}
+
+/// `inner` bare or behind a fresh cache. The cached and the bare subjects of one case share
+/// one inner matcher, so they differ only by the cache (a million-pattern trie built twice
+/// would also differ in where its nodes landed in memory). Writes go through the subject.
+fn make<M: Matcher + 'static>(inner: &Arc<M>, mode: Mode) -> Subject {
+    let inner = Arc::clone(inner);
+    let cached = match mode {
+        Mode::Uncached => {
+            return Subject {
+                m: inner,
+                stats: None,
+            }
+        }
+        Mode::Cached => Arc::new(Cached::new(inner, DEFAULT_CACHE_SIZE)),
+        Mode::CachedAlways => Arc::new(Cached::new(inner, DEFAULT_CACHE_SIZE).without_admission()),
+    };
+    let c = Arc::clone(&cached);
+    Subject {
+        m: cached,
+        stats: Some(Box::new(move || c.cache_stats())),
+    }
+}
+
+/// Each matcher kind, filled with `subs`, bare and cached as `modes` say.
+fn subjects(subs: &[(Pattern, u32)], modes: &[Mode]) -> Vec<(&'static str, Mode, Subject)> {
+    fn filled<M: Matcher>(m: M, subs: &[(Pattern, u32)]) -> Arc<M> {
+        for (p, id) in subs {
+            m.subscribe(p, *id);
+        }
+        Arc::new(m)
+    }
+    let cstrie = filled(CSTrie::new(D), subs);
+    let trie = filled(Trie::new(D), subs);
+    let mut out = Vec::new();
+    for &mode in modes {
+        out.push(("CSTrie", mode, make(&cstrie, mode)));
+    }
+    for &mode in modes {
+        out.push(("Trie", mode, make(&trie, mode)));
+    }
+    out
+}
+
+fn bench_mode() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+fn parse(w: &workload::Workload) -> (Vec<(Pattern, u32)>, Vec<Topic<'_>>) {
+    let subs = w
+        .subscriptions
+        .iter()
+        .map(|(p, id)| (D.parse_pattern(p).unwrap(), *id))
+        .collect();
+    let topics = w.topics.iter().map(|t| D.parse_topic(t).unwrap()).collect();
+    (subs, topics)
+}
+
+/// What the cached matchers' counters said, printed after the run.
+type Report = Vec<String>;
+
+fn stats_line(label: &str, subject: &Subject) -> Option<String> {
+    let s = subject.stats.as_ref()?();
+    let lookups = (s.hits + s.misses).max(1);
+    Some(format!(
+        "{label}: hit rate {:.1} %, bypassed {:.1} %, evictions {}, {} entries, {} KiB, admitting {}",
+        100.0 * s.hits as f64 / lookups as f64,
+        100.0 * s.bypassed as f64 / lookups as f64,
+        s.evictions,
+        s.topics,
+        s.bytes / 1024,
+        s.admitting
+    ))
+}
+
+fn lookups(c: &mut Criterion, report: &mut Report) {
+    let big = bench_mode();
+    let n_topics = if big { 100_000 } else { 200 };
+    let n_ids = if big { 1_000_000 } else { 1_000 };
+    let cases = [
+        (
+            "throughput",
+            workload::seed_throughput(1000, n_topics, D, 0),
+        ),
+        ("ids", workload::ids(n_ids, n_topics, D, 0)),
+    ];
+    let mut g = c.benchmark_group("cache");
+    for (label, w) in &cases {
+        let (subs, topics) = parse(w);
+        let distinct: std::collections::HashSet<&str> = topics.iter().map(|t| t.text()).collect();
+        report.push(format!(
+            "{label}: {} subscriptions, {} topics, {} distinct",
+            subs.len(),
+            topics.len(),
+            distinct.len()
+        ));
+        let modes: &[Mode] = if *label == "ids" {
+            &[Mode::Uncached, Mode::Cached, Mode::CachedAlways]
+        } else {
+            &[Mode::Uncached, Mode::Cached]
+        };
+        // A pass over the ids workload takes a quarter of a second: ten samples are enough.
+        g.sample_size(if *label == "ids" { 10 } else { 100 });
+        for (kind, mode, subject) in subjects(&subs, modes) {
+            let m = &subject.m;
+            let mut out = Vec::new();
+            g.throughput(Throughput::Elements(topics.len() as u64));
+            g.bench_function(
+                BenchmarkId::new(format!("{label}/{}", mode.name()), kind),
+                |b| {
+                    b.iter(|| {
+                        let mut hits = 0;
+                        for t in &topics {
+                            out.clear();
+                            m.lookup_into(t, &mut out);
+                            hits += out.len();
+                        }
+                        black_box(hits)
+                    })
+                },
+            );
+            if let Some(line) = stats_line(&format!("{label}/{}/{kind}", mode.name()), &subject) {
+                report.push(line);
+            }
+        }
+    }
+    g.finish();
+}
+
+/// The throughput workload with a write every [`CHURN_EVERY`] lookups: a pattern no topic
+/// matches, subscribed and unsubscribed in turn, so results never change but every write
+/// still invalidates every entry.
+fn churn(c: &mut Criterion, report: &mut Report) {
+    let n_topics = if bench_mode() { 100_000 } else { 200 };
+    let w = workload::seed_throughput(1000, n_topics, D, 0);
+    let (subs, topics) = parse(&w);
+    let toggled = D.parse_pattern("x.y.z").unwrap();
+    let mut g = c.benchmark_group("cache");
+    g.sample_size(100);
+    let modes = [Mode::Uncached, Mode::Cached, Mode::CachedAlways];
+    for (kind, mode, subject) in subjects(&subs, &modes) {
+        let m = &subject.m;
+        let mut out = Vec::new();
+        let mut on = false;
+        g.throughput(Throughput::Elements(topics.len() as u64));
+        g.bench_function(
+            BenchmarkId::new(format!("churn/{}", mode.name()), kind),
+            |b| {
+                b.iter(|| {
+                    let mut hits = 0;
+                    for (i, t) in topics.iter().enumerate() {
+                        if i % CHURN_EVERY == 0 {
+                            on = !on;
+                            if on {
+                                m.subscribe(&toggled, 5000);
+                            } else {
+                                m.unsubscribe(&toggled, 5000);
+                            }
+                        }
+                        out.clear();
+                        m.lookup_into(t, &mut out);
+                        hits += out.len();
+                    }
+                    black_box(hits)
+                })
+            },
+        );
+        if let Some(line) = stats_line(&format!("churn/{}/{kind}", mode.name()), &subject) {
+            report.push(line);
+        }
+    }
+    g.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let mut report = Report::new();
+    lookups(&mut c, &mut report);
+    churn(&mut c, &mut report);
+    c.final_summary();
+    for line in report {
+        println!("{line}");
+    }
+}
