@@ -6,13 +6,34 @@
 //! that respects real time must give every operation the result it got and end in the state
 //! the trie is in. The witness orders are replayed on a `NaiveMatcher`, which must end equal to
 //! the trie. A snapshot counts as an operation whose result is its whole content.
+//!
+//! The same check runs on a `Cached<CSTrie>` with a result cache of 8 entries over 15 topics
+//! (so entries are evicted) that stores on every miss, with fewer writes so that generations
+//! last long enough for lookups to hit.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
-use topicmatch::{CSTrie, Dialect, Matcher, NaiveMatcher, Pattern};
+use topicmatch::{CSTrie, Cached, Dialect, Matcher, NaiveMatcher, Pattern};
+
+/// A trie under test: a matcher that also takes snapshots.
+trait Subject: Matcher + 'static {
+    fn snap(&self) -> Box<dyn Matcher>;
+}
+
+impl Subject for CSTrie {
+    fn snap(&self) -> Box<dyn Matcher> {
+        Box::new(self.snapshot())
+    }
+}
+
+impl Subject for Cached<CSTrie> {
+    fn snap(&self) -> Box<dyn Matcher> {
+        Box::new(self.snapshot())
+    }
+}
 
 const THREADS: usize = 3;
 const OPS_PER_ROUND: usize = 256;
@@ -216,9 +237,24 @@ impl Rng {
 
 #[test]
 fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
+    check_histories(Arc::new(CSTrie::new(D)), 13);
+}
+
+#[test]
+fn cached_histories_are_linearizable_and_end_in_the_oracle_state() {
+    let trie = Arc::new(Cached::new(CSTrie::new(D), 8).without_admission());
+    check_histories(Arc::clone(&trie), 4);
+    let stats = trie.cache_stats();
+    eprintln!("{stats:?}");
+    assert!(stats.hits > 1000, "too few hits to test them: {stats:?}");
+    assert!(stats.evictions > 0, "no evictions: {stats:?}");
+}
+
+/// Runs the rounds on `trie` with `writes` operations in 20 being subscribes and unsubscribes
+/// (the rest lookups and one snapshot), and checks the history.
+fn check_histories<T: Subject>(trie: Arc<T>, writes: usize) {
     let began = Instant::now();
     let world = Arc::new(World::new());
-    let trie = Arc::new(CSTrie::new(D));
     let clock = Arc::new(AtomicU64::new(0));
     // Workers meet every OPS_PER_ROUND operations, which bounds the checker's windows even when
     // the threads really run in parallel.
@@ -255,13 +291,15 @@ fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
                         }
                     }
                     for _ in 0..OPS_PER_ROUND {
-                        let op = match rng.below(20) {
-                            0..=6 => Op::Sub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32),
-                            7..=12 => {
-                                Op::Unsub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
-                            }
-                            13..=18 => Op::Lookup(rng.below(world.topics.len())),
-                            _ => Op::Snapshot,
+                        let roll = rng.below(20);
+                        let op = if roll < writes.div_ceil(2) {
+                            Op::Sub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
+                        } else if roll < writes {
+                            Op::Unsub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
+                        } else if roll < 19 {
+                            Op::Lookup(rng.below(world.topics.len()))
+                        } else {
+                            Op::Snapshot
                         };
                         let inv = clock.fetch_add(1, Ordering::SeqCst);
                         let ret = match op {
@@ -272,10 +310,10 @@ fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
                                 Ret::Subs(ids.iter().fold(0, |m, &id| m | 1 << id))
                             }
                             Op::Snapshot => {
-                                let snap = trie.snapshot();
+                                let snap = trie.snap();
                                 // The snapshot is frozen: reading it after the response is fine.
                                 let resp = clock.fetch_add(1, Ordering::SeqCst);
-                                let state = Ret::State(world.state_of(&snap));
+                                let state = Ret::State(world.state_of(snap.as_ref()));
                                 logs[t].lock().unwrap().push(Event {
                                     thread: t,
                                     op,
@@ -338,7 +376,7 @@ fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
         steps.push((at, next));
         at = end;
     }
-    let end = world.state_of(trie.as_ref());
+    let end = world.state_of(&*trie);
     assert!(
         candidates.contains_key(&end),
         "the trie ends in a state no linearization reaches"
