@@ -10,10 +10,9 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_oracle import workloads
 
 import topicmatch as tm
-
-from test_oracle import workloads
 
 CACHED = [tm.Trie, tm.CSTrie]
 DEFAULT_CACHE_SIZE = 16384
