@@ -175,6 +175,7 @@ CRITERION_ARGS ?=
 BENCH_ARGS ?=
 bench: build $(VENV)/.bench
 	cargo bench --bench matchers -- $(CRITERION_ARGS)
+	cargo bench --bench cache -- $(CRITERION_ARGS)
 	$(BIN)/topicmatch bench --out bench-out $(BENCH_ARGS)
 
 clean:

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use topicmatch::cache::{CacheStats, DEFAULT_CACHE_SIZE};
+use topicmatch::reference::pattern_matches;
 use topicmatch::{CSTrie, Cached, Dialect, Matcher, Pattern, Topic, Trie};
 
 const D: Dialect = Dialect::Amqp;
@@ -312,7 +313,38 @@ fn churn(c: &mut Criterion, report: &mut Report) {
             Some(&toggled),
         ));
     }
+    report.push(patch_scan(&topics));
     g.finish();
+}
+
+/// What NATS's alternative would cost here: on each subscribe, `addToCache` tests the new
+/// pattern against every cached topic and patches the results it matches (on unsubscribe,
+/// `removeFromCache` does the same), so entries survive writes. This times that scan alone,
+/// with the topics already parsed (a lower bound: the entries hold bytes), for the churn
+/// case's pattern and for a wildcard one, best of [`INTERLEAVED_ROUNDS`].
+fn patch_scan(topics: &[Topic<'_>]) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let cached: Vec<&Topic<'_>> = topics.iter().filter(|t| seen.insert(t.text())).collect();
+    let mut cells = Vec::new();
+    for text in ["x.y.z", "*.5.*"] {
+        let p = D.parse_pattern(text).unwrap();
+        let mut best = f64::INFINITY;
+        for _ in 0..INTERLEAVED_ROUNDS {
+            let start = std::time::Instant::now();
+            let n = cached
+                .iter()
+                .filter(|t| pattern_matches(&p, black_box(t)))
+                .count();
+            black_box(n);
+            best = best.min(start.elapsed().as_nanos() as f64);
+        }
+        cells.push(format!("{text} {:.1} µs", best / 1000.0));
+    }
+    format!(
+        "patching scan per write over {} cached topics: {}",
+        cached.len(),
+        cells.join(", ")
+    )
 }
 
 fn main() {
