@@ -19,8 +19,10 @@
 //!    matcher, except one in [`SAMPLE`], which still probes and stores, so that a workload
 //!    turning hot is noticed and the cache turns back on at [`ON_FROM_PERCENT`].
 //!
-//! Bounds: at most `cache_size` entries (rounded up to whole sets) and at most `max_bytes` of
-//! topic text, ids and entry headers; an entry that would pass the byte budget is not stored.
+//! Bounds: at most `cache_size` entries (rounded up to a power of two of whole sets) and at
+//! most `max_bytes` of topic text, ids and entry headers; an entry that would pass the byte
+//! budget is not stored. (The budget is checked before the CAS that stores, so lookups storing
+//! at the same instant may pass it by one entry each.)
 //!
 //! A global generation, bumped by every write, invalidates every entry at once: under a steady
 //! stream of writes the hit rate falls, and admission turns the cache off (BENCHMARKS.md,
