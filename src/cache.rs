@@ -14,10 +14,15 @@
 //!    CAS and retires the old one with `defer_destroy`. Entries are immutable once published.
 //! 3. **It never makes a cold workload slow.** On a wide topic space (`users.<id>.events` with
 //!    a million ids) nearly every lookup misses, and a miss that stores an entry costs three
-//!    allocations and a CAS. Admission watches the hit rate per window of lookups and, when it
-//!    falls below [`OFF_BELOW_PERCENT`], turns the cache off: lookups go straight to the inner
-//!    matcher, except one in [`SAMPLE`], which still probes and stores, so that a workload
-//!    turning hot is noticed and the cache turns back on at [`ON_FROM_PERCENT`].
+//!    allocations, a CAS and the retirement of the entry it evicts: more than a hit saves on a
+//!    small trie. Two rules keep misses cheap. A doorkeeper (TinyLFU's: one bit per topic hash
+//!    in a bit array, cleared when half full) lets a miss store only a topic seen before, so
+//!    topics seen once cost a bit test, not an entry. And admission watches each window of
+//!    lookups: when hits fall below [`OFF_BELOW_PERCENT`], or below [`STORE_COST`] per entry
+//!    stored, the cache does not pay, and admission turns it off: lookups go straight to the
+//!    inner matcher, except one in [`SAMPLE`], which still probes and stores, so that a
+//!    workload turning hot is noticed and the cache turns back on (from [`ON_FROM_PERCENT`]
+//!    hits, and [`STORE_COST`] per store).
 //!
 //! Bounds: at most `cache_size` entries (rounded up to a power of two of whole sets) and at
 //! most `max_bytes` of topic text, ids and entry headers; an entry that would pass the byte
@@ -72,8 +77,17 @@ pub const OFF_BELOW_PERCENT: u32 = 25;
 /// than [`OFF_BELOW_PERCENT`] so that a workload near the line does not flip every window.
 pub const ON_FROM_PERCENT: u32 = 50;
 
+/// A stored miss costs up to this many times what a hit saves (BENCHMARKS.md, "The result
+/// cache": about 180 ns to build, publish and later retire an entry, against 113 ns saved by a
+/// hit on a `Trie` of 1,000 patterns), so a window pays only with this many hits per store.
+pub const STORE_COST: u32 = 2;
+
 /// While the cache is off, one lookup in this many still probes and stores.
 pub const SAMPLE: u32 = 64;
+
+/// Doorkeeper bits per slot: with eight, a table's worth of distinct topics sets about an
+/// eighth of the bits, so a topic seen once is rarely taken for one seen twice.
+const DOOR_BITS_PER_SLOT: usize = 8;
 
 /// Counter stripes: each thread counts on its own cache line, so hits on many threads do not
 /// fight over one line (NATS's `cacheHits` is one shared counter).
@@ -172,6 +186,8 @@ struct Stripe {
     /// heuristic.
     window_lookups: AtomicU32,
     window_hits: AtomicU32,
+    /// Entries stored in the window.
+    window_stores: AtomicU32,
     /// Lookups while off (for sampling) and a turn counter for picking victims.
     ticks: AtomicU32,
 }
@@ -209,18 +225,27 @@ pub struct CacheStats {
     pub admitting: bool,
 }
 
+/// The slots and the doorkeeper's bits.
+struct Table {
+    slots: Box<[Atomic<Entry>]>,
+    door: Box<[AtomicU64]>,
+}
+
 /// The table and its bookkeeping; absent when the cache size is 0.
 struct Cache {
-    /// `sets * WAYS` slots, allocated on the first lookup (so a snapshot's cache costs nothing
-    /// until it is used).
-    slots: OnceLock<Box<[Atomic<Entry>]>>,
+    /// `sets * WAYS` slots and the doorkeeper, allocated on the first lookup (so a snapshot's
+    /// cache costs nothing until it is used).
+    table: OnceLock<Table>,
+    /// Doorkeeper bits set since it was last cleared.
+    door_set: AtomicUsize,
     /// `log2(sets)`.
     set_bits: u32,
     max_bytes: usize,
     bytes: AtomicUsize,
     topics: AtomicUsize,
     mode: AtomicU8,
-    /// Whether admission may turn the cache off (see [`Cached::without_admission`]).
+    /// Whether admission may turn the cache off and the doorkeeper refuse first-seen topics
+    /// (see [`Cached::without_admission`]).
     adaptive: bool,
     stripes: Box<[Stripe]>,
     gen: Generation,
@@ -310,7 +335,8 @@ impl<M: Matcher> Cached<M> {
         let cache = (cache_size > 0).then(|| {
             let sets = cache_size.div_ceil(WAYS).next_power_of_two();
             Cache {
-                slots: OnceLock::new(),
+                table: OnceLock::new(),
+                door_set: AtomicUsize::new(0),
                 set_bits: sets.trailing_zeros(),
                 max_bytes,
                 bytes: AtomicUsize::new(0),
@@ -331,8 +357,9 @@ impl<M: Matcher> Cached<M> {
         }
     }
 
-    /// The same cache with admission turned off: it probes and stores on every lookup whatever
-    /// its hit rate (to measure what admission saves; not for production).
+    /// The same cache with admission and the doorkeeper turned off: it probes and stores on
+    /// every lookup whatever its hit rate (to measure what they save, and to test the store
+    /// path; not for production).
     #[must_use]
     pub fn without_admission(mut self) -> Self {
         if let Some(c) = &mut self.cache {
@@ -390,14 +417,45 @@ impl Cached<CSTrie> {
     /// allocated on the snapshot's first lookup, so taking a snapshot stays O(1).
     pub fn snapshot(&self) -> Cached<CSTrie> {
         let max_bytes = self.cache.as_ref().map_or(0, |c| c.max_bytes);
-        Cached::with_limits(self.inner.snapshot(), self.cache_size, max_bytes)
+        let mut snap = Cached::with_limits(self.inner.snapshot(), self.cache_size, max_bytes);
+        if let (Some(mine), Some(theirs)) = (&self.cache, &mut snap.cache) {
+            theirs.adaptive = mine.adaptive;
+        }
+        snap
     }
 }
 
 impl Cache {
-    fn slots(&self) -> &[Atomic<Entry>] {
-        self.slots
-            .get_or_init(|| (0..WAYS << self.set_bits).map(|_| Atomic::null()).collect())
+    fn table(&self) -> &Table {
+        self.table.get_or_init(|| {
+            let slots = WAYS << self.set_bits;
+            Table {
+                slots: (0..slots).map(|_| Atomic::null()).collect(),
+                door: (0..(slots * DOOR_BITS_PER_SLOT).div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            }
+        })
+    }
+
+    /// The doorkeeper: whether `h` was seen since the bits were last cleared; marks it seen.
+    /// Bit races only blur it: a topic stored one miss early or late.
+    fn seen_before(&self, door: &[AtomicU64], h: u64) -> bool {
+        let bits = door.len() * 64;
+        // The low bits: the set index took the high ones.
+        let bit = (h as usize) % bits;
+        let (word, mask) = (&door[bit / 64], 1u64 << (bit % 64));
+        if word.load(Relaxed) & mask != 0 {
+            return true;
+        }
+        word.fetch_or(mask, Relaxed);
+        if self.door_set.fetch_add(1, Relaxed) + 1 >= bits / 2 {
+            self.door_set.store(0, Relaxed);
+            for w in door {
+                w.store(0, Relaxed);
+            }
+        }
+        false
     }
 
     /// Whether this lookup goes through the cache: always while on; one in [`SAMPLE`] while off.
@@ -405,7 +463,9 @@ impl Cache {
         self.mode.load(Relaxed) == ON || Stripe::bump(&stripe.ticks) % SAMPLE == 0
     }
 
-    /// Counts a probing lookup in the window; at the window's end, turns the cache off or on.
+    /// Counts a probing lookup in the window; at the window's end, turns the cache off when
+    /// hits were under [`OFF_BELOW_PERCENT`] or under [`STORE_COST`] per entry stored, and back
+    /// on when both rules pass with [`ON_FROM_PERCENT`].
     fn judge(&self, stripe: &Stripe, hit: bool) {
         let hits = if hit {
             Stripe::bump(&stripe.window_hits)
@@ -416,14 +476,16 @@ impl Cache {
             return;
         }
         let percent = hits.saturating_mul(100) / WINDOW;
+        let paid = hits >= STORE_COST.saturating_mul(stripe.window_stores.load(Relaxed));
         let mode = self.mode.load(Relaxed);
-        if mode == ON && percent < OFF_BELOW_PERCENT {
+        if mode == ON && (percent < OFF_BELOW_PERCENT || !paid) {
             self.mode.store(OFF, Relaxed);
-        } else if mode == OFF && percent >= ON_FROM_PERCENT {
+        } else if mode == OFF && percent >= ON_FROM_PERCENT && paid {
             self.mode.store(ON, Relaxed);
         }
         stripe.window_lookups.store(0, Relaxed);
         stripe.window_hits.store(0, Relaxed);
+        stripe.window_stores.store(0, Relaxed);
     }
 
     fn lookup_into<M: Matcher>(&self, inner: &M, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
@@ -437,7 +499,8 @@ impl Cache {
         let key = topic.text().as_bytes();
         let h = hash(key);
         let set = (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1);
-        let slots = &self.slots()[set * WAYS..(set + 1) * WAYS];
+        let table = self.table();
+        let slots = &table.slots[set * WAYS..(set + 1) * WAYS];
         let guard = &epoch::pin();
         // R1 (see `Generation`).
         let g = self.gen.gen.load(SeqCst);
@@ -474,6 +537,11 @@ impl Cache {
         if !quiet || self.gen.gen.load(SeqCst) != g {
             return;
         }
+        // A topic's first miss only marks the doorkeeper; a stale entry of the same topic
+        // shows it was seen before.
+        if self.adaptive && same.is_none() && !self.seen_before(&table.door, h) {
+            return;
+        }
         let (way, old, evicting) = match same.or(free).or(stale) {
             Some((way, old)) => (way, old, false),
             None => {
@@ -495,6 +563,7 @@ impl Cache {
         {
             return;
         }
+        Stripe::bump(&stripe.window_stores);
         self.publish(&slots[way], old, entry, evicting, stripe, guard);
     }
 
@@ -539,7 +608,7 @@ impl Cache {
 
 impl Drop for Cache {
     fn drop(&mut self) {
-        let Some(slots) = self.slots.get_mut() else {
+        let Some(Table { slots, .. }) = self.table.get_mut() else {
             return;
         };
         // SAFETY: `&mut self`: no lookup of this cache is running, and its slots are reachable
@@ -596,8 +665,9 @@ mod tests {
     use super::*;
     use crate::Trie;
 
+    /// A cache that stores every miss (no doorkeeper, no admission), for exact counts.
     fn trie(cache_size: usize) -> Cached<Trie> {
-        let m = Cached::new(Trie::new(Dialect::Amqp), cache_size);
+        let m = Cached::new(Trie::new(Dialect::Amqp), cache_size).without_admission();
         m.subscribe_str("a.*", 1).unwrap();
         m.subscribe_str("a.#", 2).unwrap();
         m
@@ -647,7 +717,7 @@ mod tests {
 
     #[test]
     fn the_byte_budget_refuses_entries_that_do_not_fit() {
-        let m = Cached::with_limits(Trie::new(Dialect::Amqp), 64, 100);
+        let m = Cached::with_limits(Trie::new(Dialect::Amqp), 64, 100).without_admission();
         for id in 0..100 {
             m.subscribe_str("a.#", id).unwrap();
         }
@@ -659,8 +729,25 @@ mod tests {
     }
 
     #[test]
+    fn the_doorkeeper_stores_a_topic_on_its_second_miss() {
+        let m = Cached::new(Trie::new(Dialect::Amqp), 64);
+        m.subscribe_str("a.*", 1).unwrap();
+        for _ in 0..3 {
+            assert_eq!(m.lookup_str("a.b").unwrap(), [1]);
+        }
+        let s = m.cache_stats();
+        assert_eq!((s.hits, s.misses, s.topics), (1, 2, 1));
+        // A stale entry of the topic shows it was seen: the miss after a write stores at once.
+        m.subscribe_str("a.#", 2).unwrap();
+        m.lookup_str("a.b").unwrap();
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2]);
+        assert_eq!(m.cache_stats().hits, 2);
+    }
+
+    #[test]
     fn admission_turns_off_on_distinct_topics_and_back_on_when_hot() {
-        let m = trie(1024);
+        let m = Cached::new(Trie::new(Dialect::Amqp), 1024);
+        m.subscribe_str("a.*", 1).unwrap();
         for i in 0..4 * WINDOW {
             m.lookup_str(&format!("a.{i}")).unwrap();
         }
@@ -676,7 +763,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_has_its_own_cache_and_ignores_later_writes() {
-        let m = Cached::new(CSTrie::new(Dialect::Mqtt), 16);
+        let m = Cached::new(CSTrie::new(Dialect::Mqtt), 16).without_admission();
         m.subscribe_str("a/+", 1).unwrap();
         assert_eq!(m.lookup_str("a/b").unwrap(), [1]);
         let snap = m.snapshot();
