@@ -42,17 +42,22 @@ def test_cached_results_equal_the_uncached_matcher(workload, cache_size):
 def test_cache_stats_count_hits_misses_and_evictions(cls):
     m = cls("amqp", [("a.*", "x")], cache_size=4)
     assert m.cache_size == 4
-    assert m.lookup("a.b") == ["x"]
-    assert m.lookup("a.b") == ["x"]
+    # The first miss of a topic only marks it seen (the doorkeeper); the second stores it.
+    for _ in range(3):
+        assert m.lookup("a.b") == ["x"]
     s = m.cache_stats()
-    assert (s["hits"], s["misses"], s["topics"], s["evictions"]) == (1, 1, 1, 0)
+    assert (s["hits"], s["misses"], s["topics"], s["evictions"]) == (1, 2, 1, 0)
     assert s["capacity"] == 4 and s["admitting"] == 1 and 0 < s["bytes"] <= s["max_bytes"]
-    # A write invalidates every entry: the next lookup misses and sees it.
+    # A write invalidates every entry: the next lookup misses, sees it, and stores at once
+    # (a stale entry shows the topic was seen).
     m.subscribe("a.b", "y")
     assert sorted(m.lookup("a.b")) == ["x", "y"]
-    assert m.cache_stats()["misses"] == 2
-    # Four ways in one set: the fifth topic evicts an entry of the current generation.
+    assert sorted(m.lookup("a.b")) == ["x", "y"]
+    s = m.cache_stats()
+    assert (s["hits"], s["misses"]) == (2, 3)
+    # Four ways in one set: the fifth topic stored evicts an entry of the current generation.
     for t in ("a.c", "a.d", "a.e", "a.f"):
+        m.lookup(t)
         m.lookup(t)
     s = m.cache_stats()
     assert s["evictions"] == 1 and s["topics"] == 4
@@ -123,7 +128,8 @@ def test_snapshot_has_a_cache_of_its_own_that_later_writes_do_not_reach():
     snap = m.snapshot()
     assert snap.cache_size == 8 and snap.cache_stats()["misses"] == 0
     m.subscribe("a/b", 2)
-    assert snap.lookup("a/b") == [1] and snap.lookup("a/b") == [1]
+    for _ in range(3):
+        assert snap.lookup("a/b") == [1]
     assert snap.cache_stats()["hits"] == 1
     assert sorted(m.lookup("a/b")) == [1, 2]
     # The original's counters saw only its own lookups.
