@@ -68,9 +68,10 @@ pub const BYTES_PER_ENTRY: usize = 256;
 /// Lookups per admission window (counted per stripe, among those that probe).
 pub const WINDOW: u32 = 512;
 
-/// Below this hit rate over a window (percent), admission turns the cache off. A miss that
-/// stores costs about as much as a hit saves on a small trie, so below a quarter of hits the
-/// cache cannot pay for its misses (BENCHMARKS.md, "The result cache").
+/// Below this hit rate over a window (percent), admission turns the cache off: a probe that
+/// misses costs up to four entry reads from a table that is rarely in the CPU cache, which a
+/// quarter of hits pays for even on a small trie. (The store rule, [`STORE_COST`], is the
+/// stricter one whenever misses store.)
 pub const OFF_BELOW_PERCENT: u32 = 25;
 
 /// From this hit rate among sampled lookups (percent), admission turns the cache back on. Higher
