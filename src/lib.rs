@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`NaiveMatcher`] | scans every pattern: the oracle and the baseline |
 //! | [`Trie`] | word trie behind one `RwLock` (RabbitMQ, ZeroMQ, NATS sublist) |
+//! | [`Cached`] | a result cache in front of any matcher (NATS sublist's cache) |
 //!
 //! ```
 //! use topicmatch::{Dialect, Matcher, Trie};
@@ -23,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod bitmap;
+pub mod cache;
 pub mod cstrie;
 pub mod dialect;
 pub mod error;
@@ -38,6 +40,7 @@ mod sync;
 mod python;
 
 pub use bitmap::{HeadersMatcher, HeadersSubscription, InvertedBitmap, LevelBitmap, MatchMode};
+pub use cache::Cached;
 pub use cstrie::CSTrie;
 pub use dialect::{Dialect, Pattern, Token, Topic};
 pub use error::{Error, Invalid, Result};

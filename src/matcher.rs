@@ -62,6 +62,39 @@ pub trait Matcher: Send + Sync {
     }
 }
 
+/// A shared matcher is a matcher: a [`Cached`](crate::Cached) can front an `Arc` that other
+/// code also holds (the benches time one trie with and without the cache this way). Writes
+/// made through another holder bypass the cache's generation: only lookups may go around it.
+impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
+    fn dialect(&self) -> Dialect {
+        (**self).dialect()
+    }
+
+    fn subscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {
+        (**self).subscribe(pattern, id)
+    }
+
+    fn unsubscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {
+        (**self).unsubscribe(pattern, id)
+    }
+
+    fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
+        (**self).lookup_into(topic, out);
+    }
+
+    fn remove_subscriber(&self, id: SubscriberId) -> usize {
+        (**self).remove_subscriber(id)
+    }
+
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+
+    fn subscriptions(&self) -> Vec<(String, SubscriberId)> {
+        (**self).subscriptions()
+    }
+}
+
 /// Sorts and deduplicates `out[start..]`, for matchers that can reach a subscriber twice.
 pub(crate) fn dedup_from(out: &mut Vec<SubscriberId>, start: usize) {
     let tail = &mut out[start..];

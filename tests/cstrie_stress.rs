@@ -6,13 +6,43 @@
 //! that respects real time must give every operation the result it got and end in the state
 //! the trie is in. The witness orders are replayed on a `NaiveMatcher`, which must end equal to
 //! the trie. A snapshot counts as an operation whose result is its whole content.
+//!
+//! The same check runs on a `Cached<CSTrie>` with a result cache of 8 entries over 15 topics
+//! (so entries are evicted) that stores on every miss, with fewer writes so that generations
+//! last long enough for lookups to hit.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
-use topicmatch::{CSTrie, Dialect, Matcher, NaiveMatcher, Pattern};
+use topicmatch::cstrie::Quiescence;
+use topicmatch::{CSTrie, Cached, Dialect, Matcher, NaiveMatcher, Pattern};
+
+/// A trie under test: a matcher that also takes snapshots.
+trait Subject: Matcher + 'static {
+    fn snap(&self) -> Box<dyn Matcher>;
+    /// The trie's invariants, after concurrent writes.
+    fn validate(&self) -> Result<(), String>;
+}
+
+impl Subject for CSTrie {
+    fn snap(&self) -> Box<dyn Matcher> {
+        Box::new(self.snapshot())
+    }
+    fn validate(&self) -> Result<(), String> {
+        CSTrie::validate(self, Quiescence::AfterConcurrentWrites)
+    }
+}
+
+impl Subject for Cached<CSTrie> {
+    fn snap(&self) -> Box<dyn Matcher> {
+        Box::new(self.snapshot())
+    }
+    fn validate(&self) -> Result<(), String> {
+        self.inner().validate(Quiescence::AfterConcurrentWrites)
+    }
+}
 
 const THREADS: usize = 3;
 const OPS_PER_ROUND: usize = 256;
@@ -216,12 +246,33 @@ impl Rng {
 
 #[test]
 fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
-    // On a loaded machine (2 shared cores) the workers may barely overlap: one run there
-    // overlapped only 33 operations. Every run is checked in full; runs repeat, up to a bound,
-    // until together they have overlapped enough for the check to have meant something.
+    repeat_until_they_overlap(|run| check_histories(Arc::new(CSTrie::new(D)), 13, run));
+}
+
+#[test]
+fn cached_histories_are_linearizable_and_end_in_the_oracle_state() {
+    let (mut hits, mut evictions) = (0, 0);
+    repeat_until_they_overlap(|run| {
+        let trie = Arc::new(Cached::new(CSTrie::new(D), 8).without_admission());
+        let overlapping = check_histories(Arc::clone(&trie), 4, run);
+        let stats = trie.cache_stats();
+        eprintln!("{stats:?}");
+        hits += stats.hits;
+        evictions += stats.evictions;
+        overlapping
+    });
+    assert!(hits > 1000, "too few hits to test them: {hits}");
+    assert!(evictions > 0, "no evictions");
+}
+
+/// Runs `history` (which checks one recorded history in full and returns how many operations
+/// overlapped the previous one) until the runs together overlapped enough for the checks to
+/// have meant something. On a loaded machine (2 shared cores) the workers may barely overlap:
+/// one run there overlapped only 33 operations.
+fn repeat_until_they_overlap(mut history: impl FnMut(u64) -> usize) {
     let mut overlapping = 0;
     for run in 0..8 {
-        overlapping += run_and_check_one_history(run);
+        overlapping += history(run);
         if overlapping > 100 {
             return;
         }
@@ -229,12 +280,12 @@ fn concurrent_histories_are_linearizable_and_end_in_the_oracle_state() {
     panic!("too little concurrency in 8 runs: {overlapping} overlapping operations");
 }
 
-/// Runs one recorded history, checks it, and returns how many operations overlapped the
-/// previous one.
-fn run_and_check_one_history(run: u64) -> usize {
+/// Runs the rounds on `trie` with `writes` operations in 20 being subscribes and unsubscribes
+/// (the rest lookups and one snapshot), checks the history, and returns how many operations
+/// overlapped the previous one. `run` varies the workers' seeds.
+fn check_histories<T: Subject>(trie: Arc<T>, writes: usize, run: u64) -> usize {
     let began = Instant::now();
     let world = Arc::new(World::new());
-    let trie = Arc::new(CSTrie::new(D));
     let clock = Arc::new(AtomicU64::new(0));
     // Workers meet every OPS_PER_ROUND operations, which bounds the checker's windows even when
     // the threads really run in parallel.
@@ -271,13 +322,15 @@ fn run_and_check_one_history(run: u64) -> usize {
                         }
                     }
                     for _ in 0..OPS_PER_ROUND {
-                        let op = match rng.below(20) {
-                            0..=6 => Op::Sub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32),
-                            7..=12 => {
-                                Op::Unsub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
-                            }
-                            13..=18 => Op::Lookup(rng.below(world.topics.len())),
-                            _ => Op::Snapshot,
+                        let roll = rng.below(20);
+                        let op = if roll < writes.div_ceil(2) {
+                            Op::Sub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
+                        } else if roll < writes {
+                            Op::Unsub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
+                        } else if roll < 19 {
+                            Op::Lookup(rng.below(world.topics.len()))
+                        } else {
+                            Op::Snapshot
                         };
                         let inv = clock.fetch_add(1, Ordering::SeqCst);
                         let ret = match op {
@@ -288,10 +341,10 @@ fn run_and_check_one_history(run: u64) -> usize {
                                 Ret::Subs(ids.iter().fold(0, |m, &id| m | 1 << id))
                             }
                             Op::Snapshot => {
-                                let snap = trie.snapshot();
+                                let snap = trie.snap();
                                 // The snapshot is frozen: reading it after the response is fine.
                                 let resp = clock.fetch_add(1, Ordering::SeqCst);
-                                let state = Ret::State(world.state_of(&snap));
+                                let state = Ret::State(world.state_of(snap.as_ref()));
                                 logs[t].lock().unwrap().push(Event {
                                     thread: t,
                                     op,
@@ -354,7 +407,7 @@ fn run_and_check_one_history(run: u64) -> usize {
         steps.push((at, next));
         at = end;
     }
-    let end = world.state_of(trie.as_ref());
+    let end = world.state_of(&*trie);
     assert!(
         candidates.contains_key(&end),
         "the trie ends in a state no linearization reaches"
@@ -383,7 +436,7 @@ fn run_and_check_one_history(run: u64) -> usize {
         }
     }
     assert_eq!(trie.len(), oracle.len());
-    if let Err(e) = trie.validate(topicmatch::cstrie::Quiescence::AfterConcurrentWrites) {
+    if let Err(e) = trie.validate() {
         panic!("invariant broken after the concurrent history: {e}");
     }
     let mut got = trie.subscriptions();

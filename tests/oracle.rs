@@ -4,7 +4,7 @@ mod common;
 
 use common::{agree_with_oracle, ops, Factory};
 use proptest::test_runner::{Config, TestRunner};
-use topicmatch::{CSTrie, Dialect, InvertedBitmap, LevelBitmap, Matcher, Trie};
+use topicmatch::{CSTrie, Cached, Dialect, InvertedBitmap, LevelBitmap, Matcher, Trie};
 
 /// Cases per dialect; each case holds up to 400 operations, about half of them lookups, so
 /// every matcher is compared on well over 100,000 lookups per dialect.
@@ -23,6 +23,18 @@ fn matchers() -> Vec<(&'static str, Factory)> {
             Box::new(InvertedBitmap::with_cache_size(d, 0))
         }),
         ("LevelBitmap", |d| Box::new(LevelBitmap::new(d))),
+        // Result caches smaller than the topic space, so entries are evicted; the first two
+        // store on every miss (admission would turn a cache off on these mostly-cold
+        // workloads and test the bypass instead, as the third does).
+        ("Cached<CSTrie>(cache=4, always)", |d| {
+            Box::new(Cached::new(CSTrie::new(d), 4).without_admission())
+        }),
+        ("Cached<Trie>(cache=8, always)", |d| {
+            Box::new(Cached::new(Trie::new(d), 8).without_admission())
+        }),
+        ("Cached<CSTrie>(cache=16)", |d| {
+            Box::new(Cached::new(CSTrie::new(d), 16))
+        }),
     ]
 }
 

@@ -4,8 +4,8 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use topicmatch::{
-    reference, CSTrie, Dialect, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, SubscriberId,
-    Token, Trie,
+    reference, CSTrie, Cached, Dialect, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher,
+    SubscriberId, Token, Trie,
 };
 
 /// Any bytes, in every dialect: parsing never panics, a parsed pattern or topic gives back its
@@ -99,7 +99,18 @@ pub fn check_differential(case: &Case) {
         InvertedBitmap::with_cache_size(d, 2),
         LevelBitmap::new(d),
     );
-    let ms: [&dyn Matcher; 5] = [&trie, &cstrie, &inverted, &small, &level];
+    // Result caches small enough to evict, one always storing (admission off).
+    let cached_cstrie = Cached::new(CSTrie::new(d), 4).without_admission();
+    let cached_trie = Cached::new(Trie::new(d), 2);
+    let ms: [&dyn Matcher; 7] = [
+        &trie,
+        &cstrie,
+        &inverted,
+        &small,
+        &level,
+        &cached_cstrie,
+        &cached_trie,
+    ];
     let mut snapshots: Vec<(CSTrie, NaiveMatcher)> = Vec::new();
     for op in &case.ops {
         match op {

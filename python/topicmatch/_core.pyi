@@ -51,16 +51,34 @@ class _TopicMatcher:
 class NaiveMatcher(_TopicMatcher):
     """Tests every pattern on every lookup: the oracle and the baseline."""
 
+class _Cached(_TopicMatcher):
+    """What the matchers with a result cache add (a typing aid: not a runtime base class)."""
+
+    def __new__(
+        cls,
+        dialect: _Dialect = "amqp",
+        subscriptions: _Pairs | None = None,
+        cache_size: int = 16384,
+    ) -> Self: ...
+    @property
+    def cache_size(self) -> int:
+        """Most lookup results the cache holds (0: no cache)."""
+    def cache_stats(self) -> dict[str, int]:
+        """The result cache's counters: hits, misses (bypassed ones included), bypassed
+        (lookups that skipped the cache while admission had it off), evictions, topics
+        (entries held), bytes, capacity, max_bytes and admitting (1 while on)."""
+
 @final
-class Trie(_TopicMatcher):
+class Trie(_Cached):
     """A word trie behind one reader-writer lock (RabbitMQ, ZeroMQ, NATS sublist)."""
 
 @final
-class CSTrie(_TopicMatcher):
+class CSTrie(_Cached):
     """The lock-free concurrent subscription trie (Ctrie-derived), with O(1) snapshots."""
 
     def snapshot(self) -> CSTrie:
-        """A read-only CSTrie frozen at this instant, in O(1); its writes raise TypeError."""
+        """A read-only CSTrie frozen at this instant, in O(1); its writes raise TypeError. It
+        has a result cache of its own, of the same size, empty until its first lookup."""
     @property
     def read_only(self) -> bool:
         """Whether this is a read-only snapshot."""

@@ -1,11 +1,55 @@
 //! The Python topic matcher classes. Each is a frozen wrapper over a [`TopicIndex`]; the
 //! methods are the same on every class, so one macro writes them.
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple};
 
 use super::topic_index::{check_pickle_format, parse_dialect, TopicIndex};
-use crate::{CSTrie, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Trie};
+use crate::cache::{CacheStats, DEFAULT_CACHE_SIZE, MAX_CACHE_SIZE};
+use crate::{CSTrie, Cached, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Trie};
+
+// The Python signatures spell the default out, so that it shows in `help()` and the stubs.
+const _: () = assert!(DEFAULT_CACHE_SIZE == 16_384);
+
+/// A `cache_size` argument: an int from 0 to `MAX_CACHE_SIZE`; a bool or any other type is a
+/// `TypeError`, an int out of range a `ValueError` (never pyo3's `OverflowError`).
+pub(crate) struct CacheSize(usize);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for CacheSize {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+            return Err(PyTypeError::new_err(format!(
+                "cache_size must be an int, not {}",
+                value.get_type().name()?
+            )));
+        }
+        match value.extract::<i64>() {
+            Ok(n) if (0..=MAX_CACHE_SIZE as i64).contains(&n) => Ok(CacheSize(n as usize)),
+            _ => Err(PyValueError::new_err(format!(
+                "cache_size must be from 0 (no cache) to {MAX_CACHE_SIZE}, not {}",
+                value.str()?
+            ))),
+        }
+    }
+}
+
+/// `cache_stats()` as a dict, with the names of `SelectorIndex.cache_stats()` where they match.
+fn cache_stats_dict<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("hits", s.hits)?;
+    d.set_item("misses", s.misses)?;
+    d.set_item("bypassed", s.bypassed)?;
+    d.set_item("evictions", s.evictions)?;
+    d.set_item("topics", s.topics)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("capacity", s.capacity)?;
+    d.set_item("max_bytes", s.max_bytes)?;
+    d.set_item("admitting", u8::from(s.admitting))?;
+    Ok(d)
+}
 
 /// Declares a `#[pyclass]` named `$name` over the core type `$core`, with the API of
 /// DESIGN.md. `$scan` says whether a single lookup's cost grows with the matcher's size.
@@ -30,6 +74,50 @@ macro_rules! topic_matcher_class {
 
             fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
                 slf.get().inner.reduce(slf.as_any(), &[])
+            }
+        } $(, extra { $($extra)* })?);
+    };
+    // Classes with a result cache in front (`Cached<$core>`): a `cache_size` keyword that
+    // pickles, and `cache_stats()`.
+    ($py_type:ident, $name:literal, cached $core:ty, doc = $doc:literal
+     $(, extra { $($extra:tt)* })?) => {
+        topic_matcher_class!(@class $py_type, $name, Cached<$core>, doc = $doc, ctor {
+            #[new]
+            #[pyo3(
+                signature = (dialect = "amqp", subscriptions = None, cache_size = CacheSize(16_384)),
+                text_signature = "(dialect='amqp', subscriptions=None, cache_size=16384)"
+            )]
+            fn new(
+                py: Python<'_>,
+                dialect: &str,
+                subscriptions: Option<&Bound<'_, PyAny>>,
+                cache_size: CacheSize,
+            ) -> PyResult<Self> {
+                let core = Cached::new(<$core>::new(parse_dialect(dialect)?), cache_size.0);
+                let inner = TopicIndex::new(py, core, false);
+                if let Some(pairs) = subscriptions {
+                    inner.subscribe_many(pairs)?;
+                }
+                Ok($py_type { inner })
+            }
+
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+                let inner = &slf.get().inner;
+                let size = inner.core.cache_size().into_pyobject(slf.py())?.into_any();
+                inner.reduce(slf.as_any(), &[size])
+            }
+
+            /// Most lookup results the cache holds (0: no cache).
+            #[getter]
+            fn cache_size(&self) -> usize {
+                self.inner.core.cache_size()
+            }
+
+            /// The result cache's counters: hits, misses (bypassed ones included), bypassed
+            /// (lookups that skipped the cache while admission had it off), evictions, topics
+            /// (entries held), bytes, capacity, max_bytes and admitting (1 while on).
+            fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+                cache_stats_dict(py, &self.inner.core.cache_stats())
             }
         } $(, extra { $($extra)* })?);
     };
@@ -122,19 +210,18 @@ topic_matcher_class!(
 topic_matcher_class!(
     TriePy,
     "Trie",
-    Trie,
-    scan = false,
+    cached Trie,
     doc = "A word trie behind one reader-writer lock (RabbitMQ, ZeroMQ, NATS sublist)."
 );
 
 topic_matcher_class!(
     CSTriePy,
     "CSTrie",
-    CSTrie,
-    scan = false,
+    cached CSTrie,
     doc = "The lock-free concurrent subscription trie (Ctrie-derived), with O(1) snapshots.",
     extra {
-        /// A read-only CSTrie frozen at this instant, in O(1); its writes raise TypeError.
+        /// A read-only CSTrie frozen at this instant, in O(1); its writes raise TypeError. It
+        /// has a result cache of its own, of the same size, empty until its first lookup.
         fn snapshot(&self, py: Python<'_>) -> Self {
             CSTriePy {
                 inner: self.inner.share_read_only(py, self.inner.core.snapshot()),

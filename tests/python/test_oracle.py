@@ -121,3 +121,24 @@ def test_validation_equals_the_reference(dialect, text):
             pass
         else:
             raise AssertionError(f"{text!r} accepted as a {dialect} topic")
+
+
+@settings(max_examples=200, deadline=None)
+@given(workloads(), st.sampled_from([1, 4, 16]))
+def test_cached_results_equal_the_uncached_matcher(workload, cache_size):
+    """The result cache (test_cache.py) never changes an answer; small caches evict."""
+    dialect, ops = workload
+    for cls in (tm.Trie, tm.CSTrie):
+        cached, bare = cls(dialect, cache_size=cache_size), cls(dialect, cache_size=0)
+        for op in ops:
+            if op[0] == "sub":
+                assert cached.subscribe(op[1], op[2]) == bare.subscribe(op[1], op[2])
+            elif op[0] == "unsub":
+                assert cached.unsubscribe(op[1], op[2]) == bare.unsubscribe(op[1], op[2])
+            elif op[0] == "remove":
+                assert cached.remove_subscriber(op[1]) == bare.remove_subscriber(op[1])
+            else:
+                # Twice: the second lookup may be a hit, and must equal the first.
+                for _ in range(2):
+                    assert sorted(cached.lookup(op[1])) == sorted(bare.lookup(op[1]))
+        assert sorted(cached.subscriptions()) == sorted(bare.subscriptions())
