@@ -2,8 +2,7 @@
 turns off with `cache_size=0`, validates its argument, survives pickling, gives snapshots a
 cache of their own, and stays true while a writer races readers. The property that cached
 answers equal uncached ones on random workloads is in test_oracle.py, with the other
-hypothesis tests: run before test_faults.py, a hypothesis test makes its Ctrl-C tests miss
-the interrupt."""
+hypothesis tests."""
 
 from __future__ import annotations
 
