@@ -249,7 +249,7 @@ $(VENV)/.bench: pyproject.toml | venv
 CRITERION_ARGS ?=
 BENCH_ARGS ?=
 bench: build $(VENV)/.bench
-	cargo bench --benches -- $(CRITERION_ARGS)
+	cargo bench --bench '*' -- $(CRITERION_ARGS)
 	$(BIN)/topicmatch bench --out bench-out $(BENCH_ARGS)
 
 clean:

@@ -177,6 +177,10 @@ class Impl:
     many: bool = False
 
 
+#: Matchers with a result cache in front, on by default: timed with it off as well.
+CACHED = ("Trie", "CSTrie")
+
+
 def implementations(dialect: str = "mqtt", with_peers: bool = True) -> list[Impl]:
     """Our matchers (`lookup` and `lookup_many`) in `dialect`, then each installed peer."""
     out = []
@@ -190,6 +194,13 @@ def implementations(dialect: str = "mqtt", with_peers: bool = True) -> list[Impl
         out.append(
             Impl(f"{cls.__name__}.lookup_many", "ours", dialect, build, _ours_lookup, scans, True)
         )
+        if cls.__name__ in CACHED:
+
+            def build_bare(subs, cls=cls):
+                return cls(dialect, subs, cache_size=0)
+
+            name = f"{cls.__name__}.lookup, cache_size=0"
+            out.append(Impl(name, "ours", dialect, build_bare, _ours_lookup, scans))
     if with_peers:
         for peer in peers.available_peers():
             out.append(Impl(peer.name, "peer", peer.dialect, peer, _peer_lookup, scans=peer.scans))
@@ -792,7 +803,7 @@ def _styles(impls: Sequence[str]) -> dict[str, dict[str, Any]]:
         impl: {
             "color": colours[(2 * i) % 20 + (2 * i) // 20 % 2],
             "marker": _MARKERS[i % len(_MARKERS)],
-            "linestyle": "-" if impl.split()[0] in ours else "--",
+            "linestyle": "-" if impl.split(".")[0].split()[0] in ours else "--",
         }
         for i, impl in enumerate(impls)
     }
