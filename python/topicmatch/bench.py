@@ -773,7 +773,7 @@ def _gil_row(r: dict[str, Any], alone: float, base: float | None) -> list[str]:
         r["impl"],
         f"{r['n']:,}",
         r["call"],
-        _gil_rule(r["impl"], r["batch"]),
+        _gil_rule(r["impl"], r["batch"], r["n"]),
         f"{alone:,.0f}",
         f"{r['topics_per_s']:,.0f}",
         f"{caller:.2f}",
@@ -782,11 +782,17 @@ def _gil_row(r: dict[str, Any], alone: float, base: float | None) -> list[str]:
     ]
 
 
-def _gil_rule(impl: str, batch: int) -> str:
-    """What the current binding does with the GIL for this call (src/python/topic_index.rs)."""
-    if batch >= 8 or (batch == 0 and impl == "NaiveMatcher"):
-        return "released"
-    return "kept"
+#: `DETACH_WORK` and `SCAN_UNIT` of src/python/topic_index.rs: a call releases the GIL from 64
+#: index lookups' worth of work; a NaiveMatcher lookup counts one unit per 64 patterns.
+DETACH_WORK = 64
+SCAN_UNIT = 64
+
+
+def _gil_rule(impl: str, batch: int, n: int) -> str:
+    """What the current binding does with the GIL for this call (src/python/topic_index.rs):
+    `batch` 0 is a single `lookup`."""
+    per_lookup = max(1, n // SCAN_UNIT) if impl == "NaiveMatcher" else 1
+    return "released" if max(batch, 1) * per_lookup >= DETACH_WORK else "kept"
 
 
 _MARKERS = "osD^v<>pP*Xhd"
