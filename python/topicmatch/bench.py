@@ -815,6 +815,22 @@ def _styles(impls: Sequence[str]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _lines(
+    plt: Any,
+    rows: list[dict[str, Any]],
+    point: Callable[[dict[str, Any]], tuple[float, float]],
+    size: tuple[float, float],
+) -> tuple[Any, Any]:
+    """A figure with one line per implementation in `rows`, each in its own style, through the
+    points `point` takes from its rows, sorted by x."""
+    fig, ax = plt.subplots(figsize=size)
+    styles = _styles(list(dict.fromkeys(r["impl"] for r in rows)))
+    for impl, style in styles.items():
+        pts = sorted(point(r) for r in rows if r["impl"] == impl)
+        ax.plot(*zip(*pts, strict=True), **style, label=impl)
+    return fig, ax
+
+
 def plots(results: dict[str, Any], out: Path) -> list[Path]:
     """PNG plots; needs matplotlib (the `bench` extra). Returns the files written."""
     try:
@@ -826,12 +842,7 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         return []
     written = []
     if results.get("scaling"):
-        rows = results["scaling"]
-        fig, ax = plt.subplots(figsize=(8, 5))
-        styles = _styles(list(dict.fromkeys(r["impl"] for r in rows)))
-        for impl, style in styles.items():
-            pts = sorted((r["n"], r["lookup_s"] * 1e6) for r in rows if r["impl"] == impl)
-            ax.plot(*zip(*pts, strict=True), **style, label=impl)
+        fig, ax = _lines(plt, results["scaling"], lambda r: (r["n"], r["lookup_s"] * 1e6), (8, 5))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("subscriptions (mixed workload)")
@@ -841,12 +852,7 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=7)
         written.append(_save(fig, out / "lookup_vs_n.png"))
     if results.get("memory"):
-        rows = results["memory"]
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        styles = _styles(list(dict.fromkeys(r["impl"] for r in rows)))
-        for impl, style in styles.items():
-            pts = sorted((r["n"], max(r["per_sub"], 0)) for r in rows if r["impl"] == impl)
-            ax.plot(*zip(*pts, strict=True), **style, label=impl)
+        fig, ax = _lines(plt, results["memory"], lambda r: (r["n"], max(r["per_sub"], 0)), (8, 4.5))
         ax.set_xscale("log")
         ax.set_xlabel("subscriptions (mixed workload)")
         ax.set_ylabel("bytes per subscription (RSS growth)")
@@ -856,11 +862,7 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         written.append(_save(fig, out / "memory.png"))
     if results.get("threads"):
         rows = results["threads"]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        styles = _styles(list(dict.fromkeys(r["impl"] for r in rows)))
-        for impl, style in styles.items():
-            pts = [(r["threads"], r["topics_per_s"]) for r in rows if r["impl"] == impl]
-            ax.plot(*zip(*pts, strict=True), **style, label=impl)
+        fig, ax = _lines(plt, rows, lambda r: (r["threads"], r["topics_per_s"]), (6, 4))
         ax.set_xticks(sorted({r["threads"] for r in rows}))
         ax.set_xlabel("Python threads calling lookup_many")
         ax.set_ylabel("topics/s (all threads)")
