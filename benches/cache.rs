@@ -155,6 +155,34 @@ fn pass(
     hits
 }
 
+/// For each trie, the first variant of `all` (the bare trie) raced against each other variant
+/// of it by [`interleaved`], one report line per pair.
+fn interleaved_pairs(
+    label: &str,
+    all: &[(&'static str, Mode, Subject)],
+    topics: &[Topic<'_>],
+    churn: Option<&Pattern>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    for kind in ["CSTrie", "Trie"] {
+        let variants: Vec<(Mode, &Subject)> = all
+            .iter()
+            .filter(|(k, _, _)| *k == kind)
+            .map(|(_, mode, s)| (*mode, s))
+            .collect();
+        for other in &variants[1..] {
+            lines.push(interleaved(
+                label,
+                kind,
+                &[variants[0], *other],
+                topics,
+                churn,
+            ));
+        }
+    }
+    lines
+}
+
 /// The variants of one matcher kind take turns; returns a line with each one's best pass in
 /// ns per lookup and its ratio to the first (uncached).
 fn interleaved(
@@ -283,22 +311,7 @@ fn lookups(c: &mut Criterion, report: &mut Report) {
                 report.push(line);
             }
         }
-        for kind in ["CSTrie", "Trie"] {
-            let variants: Vec<(Mode, &Subject)> = all
-                .iter()
-                .filter(|(k, _, _)| *k == kind)
-                .map(|(_, mode, s)| (*mode, s))
-                .collect();
-            for other in &variants[1..] {
-                report.push(interleaved(
-                    label,
-                    kind,
-                    &[variants[0], *other],
-                    &topics,
-                    None,
-                ));
-            }
-        }
+        report.extend(interleaved_pairs(label, &all, &topics, None));
     }
     g.finish();
 }
@@ -350,22 +363,7 @@ fn churn(c: &mut Criterion, report: &mut Report) {
             report.push(line);
         }
     }
-    for kind in ["CSTrie", "Trie"] {
-        let variants: Vec<(Mode, &Subject)> = all
-            .iter()
-            .filter(|(k, _, _)| *k == kind)
-            .map(|(_, mode, s)| (*mode, s))
-            .collect();
-        for other in &variants[1..] {
-            report.push(interleaved(
-                "churn",
-                kind,
-                &[variants[0], *other],
-                &topics,
-                Some(&toggled),
-            ));
-        }
-    }
+    report.extend(interleaved_pairs("churn", &all, &topics, Some(&toggled)));
     report.push(patch_scan(&topics));
     g.finish();
 }
