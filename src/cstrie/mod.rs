@@ -638,6 +638,15 @@ impl CSTrie {
                 .all(|&(x, m)| self.gcas_read(x, guard) == m)
     }
 
+    /// The pattern word a branch key stands for, in this trie's dialect.
+    fn key_text(&self, key: Key<'_>) -> String {
+        match key {
+            Key::Word(w) => w.to_owned(),
+            Key::One => self.dialect.one_word().to_owned(),
+            Key::Many => self.dialect.many_words().to_owned(),
+        }
+    }
+
     /// Walks every branch of a read-only trie with an explicit stack, calling `f` with each
     /// pattern text and subscriber set.
     fn for_each_pattern(&self, f: &mut impl FnMut(&str, &PSet)) {
@@ -651,13 +660,7 @@ impl CSTrie {
             f("", &cn.here);
         }
         let sep = (self.dialect.separator() as char).to_string();
-        let word = |key: Key<'_>| -> String {
-            match key {
-                Key::Word(w) => w.to_owned(),
-                Key::One => self.dialect.one_word().to_owned(),
-                Key::Many => self.dialect.many_words().to_owned(),
-            }
-        };
+        let word = |key| self.key_text(key);
         // (depth, word, branch): `path` holds the words above the branch being visited.
         let mut stack: Vec<(usize, String, &Branch)> = Vec::new();
         let mut path: Vec<String> = Vec::new();

@@ -81,11 +81,7 @@ impl CSTrie {
             pairs += cn.here.len();
             let mut broken = None;
             cn.for_each_branch(&mut |key, branch| {
-                let word = match key {
-                    super::cnode::Key::Word(w) => w.to_owned(),
-                    super::cnode::Key::One => self.dialect.one_word().to_owned(),
-                    super::cnode::Key::Many => self.dialect.many_words().to_owned(),
-                };
+                let word = self.key_text(key);
                 let here = if path.is_empty() {
                     word
                 } else {
