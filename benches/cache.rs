@@ -238,6 +238,42 @@ fn half(n_topics: usize) -> workload::Workload {
     w
 }
 
+/// A long cycle: `n_distinct` topics looked up in turn, over and over (the throughput
+/// workload's patterns; topics `d.d.<i>`). More distinct topics than an admission window, so
+/// the first pass looks cold; fewer than the cache holds, so a warm cache hits every lookup.
+fn cycle_warmup(report: &mut Report) {
+    if !selected("cycle") {
+        return;
+    }
+    let n_distinct = 10_000;
+    let passes = 12;
+    let w = workload::seed_throughput(1000, 1, D, 0);
+    let (subs, _) = parse(&w);
+    let texts: Vec<String> = (0..n_distinct)
+        .map(|i| format!("{}.{}.{i}", i % 10, (i / 10) % 10))
+        .collect();
+    let topics: Vec<Topic<'_>> = texts.iter().map(|t| D.parse_topic(t).unwrap()).collect();
+    for (kind, _, subject) in subjects(&subs, &[Mode::Cached]) {
+        let stats = subject.stats.as_ref().expect("cached");
+        let mut rates = Vec::new();
+        let mut out = Vec::new();
+        for _ in 0..passes {
+            let before = stats();
+            for t in &topics {
+                out.clear();
+                subject.m.lookup_into(t, &mut out);
+            }
+            let after = stats();
+            let hits = after.hits - before.hits;
+            rates.push(format!("{:.0}", 100.0 * hits as f64 / n_distinct as f64));
+        }
+        report.push(format!(
+            "cycle of {n_distinct} topics, fresh cache/{kind}: hit rate per pass (%): {}",
+            rates.join(" ")
+        ));
+    }
+}
+
 /// What the cached matchers' counters said, printed after the run.
 type Report = Vec<String>;
 
@@ -403,6 +439,7 @@ fn main() {
     let mut report = Report::new();
     lookups(&mut c, &mut report);
     churn(&mut c, &mut report);
+    cycle_warmup(&mut report);
     c.final_summary();
     for line in report {
         println!("{line}");

@@ -18,12 +18,22 @@
 //!    small trie. Two rules keep misses cheap. A doorkeeper (TinyLFU's: one bit per topic hash
 //!    in a bit array, cleared when half full) lets a miss store only a topic seen before, so
 //!    topics seen once cost a bit test, not an entry. And admission watches each window of
-//!    lookups: when hits fall below [`OFF_BELOW_PERCENT`], or below [`STORE_COST`] per entry
-//!    stored, the cache does not pay, and admission turns it off: lookups go straight to the
-//!    inner matcher, except one in [`SAMPLE`], which still probes and stores, so that a
-//!    workload turning hot is noticed and the cache turns back on (from [`ON_FROM_PERCENT`]
-//!    hits, and [`STORE_COST`] per store).
+//!    lookups: when topics that repeat (hits, and misses of topics seen before) fall below
+//!    [`OFF_BELOW_PERCENT`], or hits below [`STORE_COST`] per entry stored over a stale one
+//!    or evicting a live one while the workload outgrows the table, the cache does not pay,
+//!    and admission turns it off: lookups go straight to the inner matcher (the doorkeeper
+//!    still marks their topics), except one in [`SAMPLE`], which still probes and stores, so
+//!    that a workload turning hot is noticed and the cache turns back on (from
+//!    [`ON_FROM_PERCENT`] repeats, judged every [`SAMPLED_WINDOW`] sampled lookups).
 //!
+//!    Long cycles: a workload that cycles through more topics than a window holds (10,000
+//!    topics in turn) looks cold in its first pass. Its second pass shows it repeating, to the
+//!    doorkeeper, before the cache has anything to hit; filling the table then evicts in the
+//!    sets that fill first, which is not charged while the topics seen lately fit in the
+//!    table; and each time sampling turns the cache back on, it gets more windows before too
+//!    few repeats turn it off again (see `Cache::judge`). BENCHMARKS.md, "The result cache",
+//!    has the hit rate per pass.
+
 //! Bounds: at most `cache_size` entries (rounded up to a power of two of whole sets) and at
 //! most `max_bytes` of topic text, ids and entry headers; an entry that would pass the byte
 //! budget is not stored. (The budget is checked before the CAS that stores, so lookups storing
@@ -68,6 +78,14 @@ pub const BYTES_PER_ENTRY: usize = 256;
 /// Lookups per admission window (counted per stripe, among those that probe).
 pub const WINDOW: u32 = 512;
 
+/// The most failed windows in a row that turning the cache off can take (a power of two).
+pub const MAX_STRIKES: u32 = 16;
+
+/// Sampled lookups per admission window while the cache is off: shorter than [`WINDOW`], so
+/// that a workload turning hot is noticed within `SAMPLE * SAMPLED_WINDOW` lookups (up to
+/// [`WINDOW`] after the store rule failed: see `Cache::judge`).
+pub const SAMPLED_WINDOW: u32 = 64;
+
 /// Below this hit rate over a window (percent), admission turns the cache off: a probe that
 /// misses costs up to four entry reads from a table that is rarely in the CPU cache, which a
 /// quarter of hits pays for even on a small trie. (The store rule, [`STORE_COST`], is the
@@ -80,7 +98,8 @@ pub const ON_FROM_PERCENT: u32 = 50;
 
 /// A stored miss costs up to this many times what a hit saves (BENCHMARKS.md, "The result
 /// cache": about 180 ns to build, publish and later retire an entry, against 113 ns saved by a
-/// hit on a `Trie` of 1,000 patterns), so a window pays only with this many hits per store.
+/// hit on a `Trie` of 1,000 patterns), so a window pays only with this many hits per store
+/// charged (over a stale entry, or evicting while the workload outgrows the table).
 pub const STORE_COST: u32 = 2;
 
 /// While the cache is off, one lookup in this many still probes and stores.
@@ -187,7 +206,10 @@ struct Stripe {
     /// heuristic.
     window_lookups: AtomicU32,
     window_hits: AtomicU32,
-    /// Entries stored in the window.
+    /// Misses of topics seen before (by the doorkeeper, or as a stale entry).
+    window_repeats: AtomicU32,
+    /// Entries stored in the window over another entry: over a stale one, or evicting a live
+    /// one while the topics seen lately outnumber the slots (see `Cache::lookup_into`).
     window_stores: AtomicU32,
     /// Lookups while off (for sampling) and a turn counter for picking victims.
     ticks: AtomicU32,
@@ -245,6 +267,12 @@ struct Cache {
     bytes: AtomicUsize,
     topics: AtomicUsize,
     mode: AtomicU8,
+    /// Failed windows in a row while on, and how many times sampling turned the cache back
+    /// on: see [`Cache::judge`].
+    strikes: AtomicU32,
+    reenabled: AtomicU32,
+    /// Times in a row the store rule turned the cache off: each doubles the sampled window.
+    thrashed: AtomicU32,
     /// Whether admission may turn the cache off and the doorkeeper refuse first-seen topics
     /// (see [`Cached::without_admission`]).
     adaptive: bool,
@@ -343,6 +371,9 @@ impl<M: Matcher> Cached<M> {
                 bytes: AtomicUsize::new(0),
                 topics: AtomicUsize::new(0),
                 mode: AtomicU8::new(ON),
+                strikes: AtomicU32::new(0),
+                reenabled: AtomicU32::new(0),
+                thrashed: AtomicU32::new(0),
                 adaptive: true,
                 stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
                 gen: Generation {
@@ -440,17 +471,22 @@ impl Cache {
     }
 
     /// The doorkeeper: whether `h` was seen since the bits were last cleared; marks it seen.
-    /// Bit races only blur it: a topic stored one miss early or late.
+    /// Races only blur it: a topic stored one miss early or late, a clearing a little late.
     fn seen_before(&self, door: &[AtomicU64], h: u64) -> bool {
         let bits = door.len() * 64;
         // The low bits: the set index took the high ones.
         let bit = (h as usize) % bits;
         let (word, mask) = (&door[bit / 64], 1u64 << (bit % 64));
-        if word.load(Relaxed) & mask != 0 {
+        let w = word.load(Relaxed);
+        if w & mask != 0 {
             return true;
         }
-        word.fetch_or(mask, Relaxed);
-        if self.door_set.fetch_add(1, Relaxed) + 1 >= bits / 2 {
+        // Plain stores, no read-modify-write: a cold workload marks a new bit on nearly every
+        // lookup, and a lost bit or count (two threads at once) only blurs the filter.
+        word.store(w | mask, Relaxed);
+        let set = self.door_set.load(Relaxed) + 1;
+        self.door_set.store(set, Relaxed);
+        if set >= bits / 2 {
             self.door_set.store(0, Relaxed);
             for w in door {
                 w.store(0, Relaxed);
@@ -464,28 +500,72 @@ impl Cache {
         self.mode.load(Relaxed) == ON || Stripe::bump(&stripe.ticks) % SAMPLE == 0
     }
 
-    /// Counts a probing lookup in the window; at the window's end, turns the cache off when
-    /// hits were under [`OFF_BELOW_PERCENT`] or under [`STORE_COST`] per entry stored, and back
-    /// on when both rules pass with [`ON_FROM_PERCENT`].
-    fn judge(&self, stripe: &Stripe, hit: bool) {
+    /// Counts a probing lookup in the window (`hit`, or a miss of a topic seen before:
+    /// `repeat`); at the window's end, turns the cache off when repeating topics were under
+    /// [`OFF_BELOW_PERCENT`] or hits under [`STORE_COST`] per entry stored over another, and
+    /// back on when both rules pass with [`ON_FROM_PERCENT`].
+    ///
+    /// Each time sampling turns the cache back on, turning it off for too few repeats takes
+    /// twice as many failed windows in a row (up to [`MAX_STRIKES`]): a workload that cycles
+    /// through more topics than a window fails its first windows only because the doorkeeper
+    /// has not seen its topics yet, and the longer trial lets it see them. A workload that
+    /// never repeats is never turned back on, so it pays for one window only. Failing the
+    /// store rule turns the cache off at once and ends the patience: there, entries die
+    /// before they pay, and waiting does not change that; each such failure in a row doubles
+    /// the sampled window (up to [`WINDOW`]), so that sampling does not keep turning a
+    /// thrashing cache back on.
+    fn judge(&self, stripe: &Stripe, hit: bool, repeat: bool) {
         let hits = if hit {
             Stripe::bump(&stripe.window_hits)
         } else {
             stripe.window_hits.load(Relaxed)
         };
-        if !self.adaptive || Stripe::bump(&stripe.window_lookups) < WINDOW {
+        let repeats = if repeat {
+            Stripe::bump(&stripe.window_repeats)
+        } else {
+            stripe.window_repeats.load(Relaxed)
+        };
+        if !self.adaptive {
             return;
         }
-        let percent = hits.saturating_mul(100) / WINDOW;
-        let paid = hits >= STORE_COST.saturating_mul(stripe.window_stores.load(Relaxed));
         let mode = self.mode.load(Relaxed);
-        if mode == ON && (percent < OFF_BELOW_PERCENT || !paid) {
+        let window = if mode == ON {
+            WINDOW
+        } else {
+            SAMPLED_WINDOW
+                << self
+                    .thrashed
+                    .load(Relaxed)
+                    .min((WINDOW / SAMPLED_WINDOW).ilog2())
+        };
+        if Stripe::bump(&stripe.window_lookups) < window {
+            return;
+        }
+        let percent = (hits + repeats).saturating_mul(100) / window;
+        let paid = hits >= STORE_COST.saturating_mul(stripe.window_stores.load(Relaxed));
+        if mode == ON && !paid {
+            // Entries die before they pay (writes, or more hot topics than the table holds):
+            // no amount of patience helps.
+            self.reenabled.store(0, Relaxed);
+            self.strikes.store(0, Relaxed);
+            self.thrashed.fetch_add(1, Relaxed);
             self.mode.store(OFF, Relaxed);
-        } else if mode == OFF && percent >= ON_FROM_PERCENT && paid {
+        } else if mode == ON && percent < OFF_BELOW_PERCENT {
+            let needed = 1 << self.reenabled.load(Relaxed).min(MAX_STRIKES.ilog2());
+            if self.strikes.fetch_add(1, Relaxed) + 1 >= needed {
+                self.strikes.store(0, Relaxed);
+                self.mode.store(OFF, Relaxed);
+            }
+        } else if mode == ON {
+            self.strikes.store(0, Relaxed);
+            self.thrashed.store(0, Relaxed);
+        } else if percent >= ON_FROM_PERCENT && paid {
+            self.reenabled.fetch_add(1, Relaxed);
             self.mode.store(ON, Relaxed);
         }
         stripe.window_lookups.store(0, Relaxed);
         stripe.window_hits.store(0, Relaxed);
+        stripe.window_repeats.store(0, Relaxed);
         stripe.window_stores.store(0, Relaxed);
     }
 
@@ -494,6 +574,12 @@ impl Cache {
         if !self.admits(stripe) {
             // One counter on this path: `misses` adds the bypassed in `cache_stats`.
             stripe.bypassed.fetch_add(1, Relaxed);
+            // While off for too few repeats, the doorkeeper still sees every topic, so that
+            // the sampled lookups find a workload's repeats from its second pass on, however
+            // long its cycle. (Off by the store rule, repeats are not what is missing.)
+            if self.thrashed.load(Relaxed) == 0 {
+                self.seen_before(&self.table().door, hash(topic.text().as_bytes()));
+            }
             inner.lookup_into(topic, out);
             return;
         }
@@ -521,7 +607,7 @@ impl Cache {
                 if e.gen == g {
                     out.extend_from_slice(&e.ids);
                     stripe.hits.fetch_add(1, Relaxed);
-                    self.judge(stripe, true);
+                    self.judge(stripe, true, false);
                     return;
                 }
                 same = Some((way, p));
@@ -530,7 +616,10 @@ impl Cache {
             }
         }
         stripe.misses.fetch_add(1, Relaxed);
-        self.judge(stripe, false);
+        // A stale entry of the same topic shows it was seen before; otherwise the doorkeeper
+        // answers (and marks it seen).
+        let repeat = same.is_some() || (self.adaptive && self.seen_before(&table.door, h));
+        self.judge(stripe, false, repeat);
         // R2, C', R3.
         let quiet = self.gen.writers.load(SeqCst) == 0;
         let start = out.len();
@@ -538,9 +627,8 @@ impl Cache {
         if !quiet || self.gen.gen.load(SeqCst) != g {
             return;
         }
-        // A topic's first miss only marks the doorkeeper; a stale entry of the same topic
-        // shows it was seen before.
-        if self.adaptive && same.is_none() && !self.seen_before(&table.door, h) {
+        // A topic's first miss only marks the doorkeeper.
+        if self.adaptive && !repeat {
             return;
         }
         let (way, old, evicting) = match same.or(free).or(stale) {
@@ -549,6 +637,16 @@ impl Cache {
                 let way = Stripe::bump(&stripe.ticks) as usize % WAYS;
                 (way, slots[way].load(Acquire, guard), true)
             }
+        };
+        // What the store rule charges: a stale entry's replacement (writes killed it before
+        // it paid), and an eviction when the topics the doorkeeper has seen lately outnumber
+        // the slots (entries evict each other before paying). While they fit, evictions are
+        // a table filling up: a set full before the table is, which the workload's next pass
+        // repays.
+        let charged = if evicting {
+            self.door_set.load(Relaxed) > WAYS << self.set_bits
+        } else {
+            !old.is_null()
         };
         let entry = Entry {
             hash: h,
@@ -564,7 +662,9 @@ impl Cache {
         {
             return;
         }
-        Stripe::bump(&stripe.window_stores);
+        if charged {
+            Stripe::bump(&stripe.window_stores);
+        }
         self.publish(&slots[way], old, entry, evicting, stripe, guard);
     }
 
@@ -760,6 +860,31 @@ mod tests {
             m.lookup_str(&format!("b.{}", i % 8)).unwrap();
         }
         assert!(m.cache_stats().admitting, "{:?}", m.cache_stats());
+    }
+
+    #[test]
+    fn admission_keeps_a_workload_that_repeats_over_a_long_cycle() {
+        // More distinct topics than a window: the first pass looks cold, the second repeats.
+        let m = Cached::new(Trie::new(Dialect::Amqp), 16_384);
+        m.subscribe_str("a.*", 1).unwrap();
+        let cycle = 6 * WINDOW;
+        let pass = |m: &Cached<Trie>| {
+            for i in 0..cycle {
+                assert_eq!(m.lookup_str(&format!("a.{i}")).unwrap(), [1]);
+            }
+        };
+        for _ in 0..12 {
+            pass(&m);
+        }
+        let before = m.cache_stats();
+        pass(&m);
+        let after = m.cache_stats();
+        assert!(after.admitting, "{after:?}");
+        let hits = after.hits - before.hits;
+        assert!(
+            hits >= u64::from(cycle) * 9 / 10,
+            "{hits} hits of {cycle}: {after:?}"
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import topicmatch as tm
-from topicmatch import peers, workload
+from topicmatch import _core, peers, workload
 
 #: Every topic matcher class name, in the order they join the package; absent ones are skipped.
 MATCHER_NAMES = ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap")
@@ -56,8 +56,8 @@ class Profile:
     fanout_size: int
     #: The size of the headline comparison (mixed workload).
     headline_size: int = 10_000
-    #: Batch sizes of the GIL-convoy runs.
-    batches: tuple[int, ...] = (1, 2, 4, 7, 8, 16, 64, 256)
+    #: Batch sizes of the GIL-convoy runs (NaiveMatcher stops at `NAIVE_BATCH_MAX`).
+    batches: tuple[int, ...] = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
     threads: tuple[int, ...] = (1, 2, 4)
 
 
@@ -134,10 +134,11 @@ def _per_call_round(fn: Callable[[Any], Any], args: Sequence[Any], min_time: flo
 def per_topic_many(
     m: Any, topics: list[str], batch: int, min_time: float, rounds: int = 5
 ) -> float:
-    """Seconds per topic of `m.lookup_many` on batches of `batch` topics."""
-    chunks = [topics[i : i + batch] for i in range(0, len(topics) - batch + 1, batch)] or [
-        topics[:batch]
-    ]
+    """Seconds per topic of `m.lookup_many` on batches of `batch` topics (cycling through
+    `topics` for a batch longer than the list)."""
+    if batch > len(topics):
+        topics = (topics * (batch // len(topics) + 1))[:batch]
+    chunks = [topics[i : i + batch] for i in range(0, len(topics) - batch + 1, batch)]
     return per_call(m.lookup_many, chunks, min_time, rounds) / batch
 
 
@@ -419,15 +420,20 @@ def thread_scaling(profile: Profile, log: Callable[[str], None]) -> list[dict[st
                     for c in chunks:
                         m.lookup_many(c)
 
+            g0 = _core._gil_stats()
             wall = _run_threads(k, body)
             rows.append(
                 {
                     "impl": cls.__name__,
                     "threads": k,
                     "topics_per_s": k * reps * per_round / wall,
+                    "released": _released(g0, _core._gil_stats()),
                 }
             )
-            log(f"  {cls.__name__} {k} threads: {rows[-1]['topics_per_s']:,.0f} topics/s")
+            log(
+                f"  {cls.__name__} {k} threads: {rows[-1]['topics_per_s']:,.0f} topics/s "
+                f"(released {rows[-1]['released']:.0%})"
+            )
     return rows
 
 
@@ -486,6 +492,13 @@ def churn(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
     return rows
 
 
+def _released(before: dict[str, int], after: dict[str, int]) -> float:
+    """The share of the binding's GIL decisions between two `_gil_stats()` that released it."""
+    released = after["released"] - before["released"]
+    decided = released + after["kept"] - before["kept"]
+    return released / decided if decided else 0.0
+
+
 def _busy(stop: threading.Event, counter: list[int]) -> None:
     """A CPU-bound pure-Python loop: it holds the GIL until the interpreter makes it switch."""
     x = 0
@@ -509,12 +522,11 @@ def _busy_alone(seconds: float) -> float:
 
 
 def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Topics per second of single `lookup` calls and of `lookup_many` at small batch sizes,
-    alone and next to a CPU-bound Python thread, with the busy thread's progress. The binding
-    keeps the GIL for a single lookup on an index and for batches under `DETACH_WORK` (64 index
-    lookups; a NaiveMatcher lookup counts one per 64 patterns) and releases it above; a release
-    next to a busy thread waits for that thread to give the GIL back (up to the 5 ms switch
-    interval)."""
+    """Topics per second of single `lookup` calls and of `lookup_many` at growing batch sizes,
+    alone and next to a CPU-bound Python thread, with the busy thread's progress and the share
+    of the binding's decisions that released the GIL (`topicmatch._core._gil_stats`). A batch
+    releases when its measured work left is at least the measured wait to take the GIL back
+    (src/python/gil.rs); next to a busy thread that wait is up to the 5 ms switch interval."""
     rows = []
     busy_alone = _busy_alone(profile.min_time)
     sizes = sorted({1000, profile.headline_size})
@@ -523,6 +535,8 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
         for cls in matcher_classes():
             m = cls("mqtt", w.subscriptions)
             for batch in (0, *profile.batches):
+                if cls.__name__ == "NaiveMatcher" and batch > NAIVE_BATCH_MAX:
+                    continue
                 for busy in (False, True):
                     stop = threading.Event()
                     counter = [0]
@@ -531,6 +545,7 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
                         t.start()
                         time.sleep(0.01)
                     c0 = counter[0]
+                    g0 = _core._gil_stats()
                     start = time.perf_counter()
                     # One round: the busy thread's interference is what is measured.
                     if batch == 0:
@@ -539,6 +554,7 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
                         per = per_topic_many(m, w.topics, batch, profile.min_time, rounds=1)
                     wall = time.perf_counter() - start
                     busy_rate = (counter[0] - c0) / wall
+                    g1 = _core._gil_stats()
                     stop.set()
                     if busy:
                         t.join()
@@ -551,12 +567,15 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
                             "busy": busy,
                             "topics_per_s": 1 / per,
                             "busy_loops_per_s": busy_rate if busy else None,
+                            "released": _released(g0, g1),
+                            "wait_ms": g1["wait_ns"] / 1e6,
                         }
                     )
                 log(
                     f"  n={n:,} {cls.__name__} {rows[-1]['call']}: alone "
-                    f"{rows[-2]['topics_per_s']:,.0f}/s, busy "
-                    f"{rows[-1]['topics_per_s']:,.0f}/s"
+                    f"{rows[-2]['topics_per_s']:,.0f}/s (released {rows[-2]['released']:.0%}), "
+                    f"busy {rows[-1]['topics_per_s']:,.0f}/s (released "
+                    f"{rows[-1]['released']:.0%}, wait {rows[-1]['wait_ms']:.2f} ms)"
                 )
     # The busy thread's own rate when it runs alone (before and after, averaged).
     rows.append(
@@ -568,6 +587,8 @@ def gil_convoy(profile: Profile, log: Callable[[str], None]) -> list[dict[str, A
             "busy": True,
             "topics_per_s": None,
             "busy_loops_per_s": (busy_alone + _busy_alone(profile.min_time)) / 2,
+            "released": 0.0,
+            "wait_ms": 0.0,
         }
     )
     return rows
@@ -703,9 +724,14 @@ def markdown(results: dict[str, Any]) -> str:
             "## lookup_many from Python threads (topics/s, batches of 256)",
             "",
             _table(
-                ["matcher", "threads", "topics/s"],
+                ["matcher", "threads", "topics/s", "GIL released"],
                 [
-                    [r["impl"], r["threads"], f"{r['topics_per_s']:,.0f}"]
+                    [
+                        r["impl"],
+                        r["threads"],
+                        f"{r['topics_per_s']:,.0f}",
+                        f"{r.get('released', 0.0):.0%}",
+                    ]
                     for r in results["threads"]
                 ],
             ),
@@ -748,7 +774,8 @@ def markdown(results: dict[str, Any]) -> str:
                     "matcher",
                     "subscriptions",
                     "call",
-                    "GIL",
+                    "released alone",
+                    "released beside busy",
                     "alone",
                     "beside busy",
                     "caller share",
@@ -756,7 +783,7 @@ def markdown(results: dict[str, Any]) -> str:
                     "sum",
                 ],
                 [
-                    _gil_row(r, alone[(r["impl"], r["n"], r["batch"])]["topics_per_s"], base)
+                    _gil_row(r, alone[(r["impl"], r["n"], r["batch"])], base)
                     for r in rows
                     if r["busy"]
                 ],
@@ -766,15 +793,16 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _gil_row(r: dict[str, Any], alone: float, base: float | None) -> list[str]:
-    caller = r["topics_per_s"] / alone
+def _gil_row(r: dict[str, Any], alone: dict[str, Any], base: float | None) -> list[str]:
+    caller = r["topics_per_s"] / alone["topics_per_s"]
     busy = r["busy_loops_per_s"] / base if base else float("nan")
     return [
         r["impl"],
         f"{r['n']:,}",
         r["call"],
-        _gil_rule(r["impl"], r["batch"], r["n"]),
-        f"{alone:,.0f}",
+        f"{alone['released']:.0%}",
+        f"{r['released']:.0%}",
+        f"{alone['topics_per_s']:,.0f}",
         f"{r['topics_per_s']:,.0f}",
         f"{caller:.2f}",
         f"{busy:.2f}",
@@ -782,17 +810,8 @@ def _gil_row(r: dict[str, Any], alone: float, base: float | None) -> list[str]:
     ]
 
 
-#: `DETACH_WORK` and `SCAN_UNIT` of src/python/topic_index.rs: a call releases the GIL from 64
-#: index lookups' worth of work; a NaiveMatcher lookup counts one unit per 64 patterns.
-DETACH_WORK = 64
-SCAN_UNIT = 64
-
-
-def _gil_rule(impl: str, batch: int, n: int) -> str:
-    """What the current binding does with the GIL for this call (src/python/topic_index.rs):
-    `batch` 0 is a single `lookup`."""
-    per_lookup = max(1, n // SCAN_UNIT) if impl == "NaiveMatcher" else 1
-    return "released" if max(batch, 1) * per_lookup >= DETACH_WORK else "kept"
+#: The largest NaiveMatcher batch of the GIL runs: a scan of 10k patterns is 0.5 ms a topic.
+NAIVE_BATCH_MAX = 256
 
 
 _MARKERS = "osD^v<>pP*Xhd"
@@ -888,7 +907,6 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
                         linestyle="--" if busy else "-",
                         label=f"{impl} {'beside busy thread' if busy else 'alone'}",
                     )
-        ax.axvline(64, color="grey", linestyle=":", label="DETACH_WORK = 64")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("lookup_many batch size")

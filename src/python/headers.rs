@@ -7,6 +7,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use super::gil;
 use super::registry::Registry;
 use super::topic_index::{check_pickle_format, PICKLE_FORMAT};
 use crate::bitmap::{Criterion, HeadersMatcher, MatchMode};
@@ -125,7 +126,7 @@ impl HeadersMatcherPy {
         let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (&**k, &**v)).collect();
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
-        let ids = py.detach(|| core.lookup(&pairs));
+        let ids = gil::detach(py, || core.lookup(&pairs));
         let list = PyList::new(py, self.registry.objects(py, &ids));
         drop(guard);
         list
@@ -139,7 +140,7 @@ impl HeadersMatcherPy {
         let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (&**k, &**v)).collect();
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
-        let hits = py.detach(|| core.hits(&pairs));
+        let hits = gil::detach(py, || core.hits(&pairs));
         let out = PyDict::new(py);
         for (id, n) in hits {
             if let Some(o) = self.registry.object(py, id) {

@@ -2,6 +2,7 @@
 //! released where the work can be long) and convert the result; nothing else lives here.
 
 mod errors;
+mod gil;
 mod headers;
 mod matchers;
 mod registry;
@@ -28,6 +29,8 @@ fn matches(pattern: &Bound<'_, PyAny>, topic: &Bound<'_, PyAny>, dialect: &str) 
 mod _core {
     #[pymodule_export]
     use super::errors::{InvalidPattern, InvalidTopic};
+    #[pymodule_export]
+    use super::gil::_gil_stats;
     #[pymodule_export]
     use super::headers::HeadersMatcherPy;
     #[pymodule_export]

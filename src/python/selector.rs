@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::errors::to_py;
+use super::gil;
 use super::registry::Registry;
 use super::text::{utf8, Kind};
 use super::topic_index::{check_pickle_format, PICKLE_FORMAT};
@@ -63,10 +64,7 @@ impl SelectorIndexPy {
         let core = &self.core;
         // Compiling a large template can take a while: done with the GIL released.
         self.registry.adding(subscriber, |id| {
-            subscriber
-                .py()
-                .detach(|| core.subscribe(selector, id))
-                .map_err(to_py)
+            gil::detach(subscriber.py(), || core.subscribe(selector, id)).map_err(to_py)
         })
     }
 
@@ -85,10 +83,7 @@ impl SelectorIndexPy {
         if removed == 0 {
             // The core is never asked when the subscriber is unknown: an invalid selector must
             // still raise, as it does for a known subscriber.
-            subscriber
-                .py()
-                .detach(|| Selector::parse(selector))
-                .map_err(to_py)?;
+            gil::detach(subscriber.py(), || Selector::parse(selector)).map_err(to_py)?;
         }
         Ok(removed == 1)
     }
@@ -117,7 +112,7 @@ impl SelectorIndexPy {
         let core = &self.core;
         let guard = crossbeam_epoch::pin();
         let ids = if core.len() >= DETACH_PAIRS {
-            py.detach(|| core.lookup(&texts))
+            gil::detach(py, || core.lookup(&texts))
         } else {
             core.lookup(&texts)
         };

@@ -2,21 +2,20 @@
 //! [`Registry`], and the methods of DESIGN.md written once. The classes in `matchers.rs` are
 //! generated from this by `topic_matcher_class!`.
 //!
-//! The GIL rule: a call releases the GIL (`Python::detach`) when its estimated work repays the
-//! cost of taking the GIL back beside a busy Python thread (measured at about 0.15 ms on
-//! average, 5 ms at worst: BENCHMARKS.md, "The GIL rule"). Work is counted in index lookups
-//! (a few microseconds each); a scan matcher's lookup counts one unit per [`SCAN_UNIT`]
-//! patterns. A lookup batch releases from [`DETACH_WORK`] units on (64 trie lookups, about
-//! 0.2 ms); a single trie lookup never does; bulk writes, `remove_subscriber` and
-//! `subscriptions` always do.
+//! The GIL: a lookup batch releases it when its measured work repays taking the GIL back
+//! (`gil.rs` holds the rule); a scan matcher's lookup estimates its work from its number of
+//! patterns ([`SCAN_PATTERN`] each) under the same rule; a single index lookup (a microsecond)
+//! keeps it; bulk writes, `remove_subscriber` and `subscriptions` always release it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use super::errors::{read_only, to_py, InvalidTopic};
+use super::gil;
 use super::registry::Registry;
 use super::text::{utf8, Kind};
 use crate::dialect::{Dialect, Pattern, Topic};
@@ -48,14 +47,11 @@ pub(crate) fn check_pickle_format(state: &Bound<'_, PyAny>) -> PyResult<()> {
     }
 }
 
-/// Long batches run in chunks of this many items, answering signals (Ctrl-C) between them.
-pub(crate) const CHUNK: usize = 4096;
+/// Bulk writes run in chunks of this many items, answering signals (Ctrl-C) between them.
+pub(crate) const CHUNK: usize = gil::HELD_ITEMS;
 
-/// Lookups (in index-lookup units) from which a call releases the GIL.
-pub(crate) const DETACH_WORK: usize = 64;
-
-/// Patterns a scan matcher tests in about the time of one index lookup (20 tests per µs).
-pub(crate) const SCAN_UNIT: usize = 64;
+/// What a scan matcher's lookup costs per pattern, for its estimate (20 tests per µs here).
+pub(crate) const SCAN_PATTERN: Duration = Duration::from_nanos(50);
 
 /// A core matcher and its subscriber registry.
 pub(crate) struct TopicIndex<M> {
@@ -97,14 +93,14 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         }
     }
 
-    /// Whether looking up `topics` topics is work enough to release the GIL for.
-    fn detach_for(&self, topics: usize) -> bool {
-        let unit = if self.scan_lookup {
-            (self.core.len() / SCAN_UNIT).max(1)
+    /// What one lookup costs, estimated before running it: known for a scan matcher, zero
+    /// (to be measured) for an index.
+    fn lookup_estimate(&self) -> Duration {
+        if self.scan_lookup {
+            SCAN_PATTERN.saturating_mul(u32::try_from(self.core.len()).unwrap_or(u32::MAX))
         } else {
-            1
-        };
-        topics.saturating_mul(unit) >= DETACH_WORK
+            Duration::ZERO
+        }
     }
 
     fn writable(&self) -> PyResult<()> {
@@ -172,7 +168,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let mut added = 0;
         for (start, chunk) in patterns.chunks(CHUNK).enumerate() {
             let chunk_ids = &ids[start * CHUNK..start * CHUNK + chunk.len()];
-            let new: Vec<bool> = py.detach(|| {
+            let new: Vec<bool> = gil::detach(py, || {
                 chunk
                     .iter()
                     .zip(chunk_ids)
@@ -215,7 +211,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         self.writable()?;
         let core = &self.core;
         self.registry.removing(subscriber, |id| {
-            Ok(subscriber.py().detach(|| core.remove_subscriber(id)))
+            Ok(gil::detach(subscriber.py(), || core.remove_subscriber(id)))
         })
     }
 
@@ -224,12 +220,8 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let text = utf8(topic, Kind::Topic)?;
         let topic = self.core.dialect().parse_topic(text).map_err(to_py)?;
         let guard = crossbeam_epoch::pin();
-        let ids = if self.detach_for(1) {
-            let core = &self.core;
-            py.detach(|| core.lookup(&topic))
-        } else {
-            self.core.lookup(&topic)
-        };
+        let core = &self.core;
+        let ids = gil::run_estimated(py, self.lookup_estimate(), || core.lookup(&topic));
         let list = PyList::new(py, self.registry.objects(py, &ids));
         drop(guard);
         list
@@ -248,32 +240,17 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let core = &self.core;
         let dialect = core.dialect();
         let mut lists = Vec::with_capacity(texts.len());
-        for (start, chunk) in texts.chunks(CHUNK).enumerate() {
-            let run = || -> Result<Vec<Vec<SubscriberId>>, (usize, crate::Error)> {
-                let mut out = Vec::with_capacity(chunk.len());
-                for (i, text) in chunk.iter().enumerate() {
-                    let topic = Topic::parse(dialect, text).map_err(|e| (start * CHUNK + i, e))?;
-                    out.push(core.lookup(&topic));
-                }
-                Ok(out)
-            };
-            // Pinned from the core's read to the conversion: see `Registry`.
-            let guard = crossbeam_epoch::pin();
-            let results = if self.detach_for(chunk.len()) {
-                py.detach(run)
-            } else {
-                run()
-            };
-            let results = results.map_err(|(i, e)| {
-                InvalidTopic::new_err(format!("topics[{i}]: {}", to_py(e).value(py)))
-            })?;
+        let step = |i: usize| -> PyResult<Vec<SubscriberId>> {
+            let topic = Topic::parse(dialect, texts[i])
+                .map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
+            Ok(core.lookup(&topic))
+        };
+        gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |results| {
             for ids in &results {
                 lists.push(PyList::new(py, self.registry.objects(py, ids))?);
             }
-            drop(guard);
-            // A long batch answers Ctrl-C between chunks; nothing it did needs undoing.
-            py.check_signals()?;
-        }
+            Ok(())
+        })?;
         PyList::new(py, lists)
     }
 
@@ -284,7 +261,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     pub(crate) fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
-        let pairs = py.detach(|| core.subscriptions());
+        let pairs = gil::detach(py, || core.subscriptions());
         let tuples = pairs
             .iter()
             .filter_map(|(p, id)| Some((p, self.registry.object(py, *id)?)))

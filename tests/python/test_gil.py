@@ -1,0 +1,72 @@
+"""The GIL rule of `src/python/gil.rs`, through its counters (`_core._gil_stats`): long
+batches release the GIL, short ones decide nothing, and results do not depend on either."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import topicmatch as tm
+from topicmatch import _core
+
+SUBS = [("a/+/c", "s1"), ("a/#", "s2"), ("x/y", "s3")]
+
+
+def _stats() -> tuple[int, int]:
+    s = _core._gil_stats()
+    return s["released"], s["kept"]
+
+
+@pytest.mark.parametrize("cls", [tm.Trie, tm.CSTrie, tm.InvertedBitmap, tm.LevelBitmap])
+def test_a_long_batch_releases_the_gil_and_answers_the_same(cls):
+    m = cls("mqtt", SUBS)
+    topics = [f"a/{i}/c" for i in range(200_000)]
+    released, _ = _stats()
+    got = m.lookup_many(topics)
+    assert _stats()[0] > released
+    assert all(sorted(r) == ["s1", "s2"] for r in got)
+
+
+def test_a_batch_shorter_than_the_probe_decides_nothing():
+    m = tm.Trie("mqtt", SUBS)
+    before = _stats()
+    assert [sorted(r) for r in m.lookup_many(["a/b/c", "x/y", "q"])] == [["s1", "s2"], ["s3"], []]
+    assert _stats() == before
+
+
+def test_a_single_index_lookup_decides_nothing():
+    m = tm.CSTrie("mqtt", SUBS)
+    before = _stats()
+    assert sorted(m.lookup("a/b/c")) == ["s1", "s2"]
+    assert _stats() == before
+
+
+def test_a_scan_of_many_patterns_releases_beside_another_call():
+    # Another call in flight makes every call worth 100 µs release, whatever the waits were.
+    m = tm.NaiveMatcher("mqtt", [(f"p/{i}/#", i) for i in range(20_000)])
+    other = tm.Trie("mqtt", SUBS)
+    stop = threading.Event()
+    batch = [f"a/{i}/c" for i in range(50_000)]
+
+    def busy() -> None:
+        while not stop.is_set():
+            other.lookup_many(batch)
+
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        released, _ = _stats()
+        for _ in range(20):
+            assert m.lookup("p/7/x") == [7]
+        assert _stats()[0] > released
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_an_invalid_topic_late_in_a_released_batch_raises_with_its_index():
+    m = tm.Trie("mqtt", SUBS)
+    topics = [f"a/{i}/c" for i in range(100_000)] + ["a/+/c"]
+    with pytest.raises(tm.InvalidTopic, match=r"topics\[100000\]"):
+        m.lookup_many(topics)
