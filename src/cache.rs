@@ -33,7 +33,7 @@
 //!    table; and each time sampling turns the cache back on, it gets more windows before too
 //!    few repeats turn it off again (see `Cache::judge`). BENCHMARKS.md, "The result cache",
 //!    has the hit rate per pass.
-
+//!
 //! Bounds: at most `cache_size` entries (rounded up to a power of two of whole sets) and at
 //! most `max_bytes` of topic text, ids and entry headers; an entry that would pass the byte
 //! budget is not stored. (The budget is checked before the CAS that stores, so lookups storing
