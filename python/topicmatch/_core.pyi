@@ -19,6 +19,7 @@ __all__ = [
     "SelectorIndex",
     "Trie",
     "__version__",
+    "_gil_stats",
     "matches",
 ]
 
@@ -29,6 +30,9 @@ class InvalidTopic(ValueError):
     """A message topic that its dialect rejects."""
 
 def matches(pattern: _Text, topic: _Text, dialect: _Dialect = "amqp") -> bool: ...
+def _gil_stats() -> dict[str, int]:
+    """The GIL rule's counters: decisions `released` and `kept`, and the expected wait to take
+    the GIL back, `wait_ns` (for the benchmarks)."""
 
 class _TopicMatcher:
     """The API every topic matcher shares (a typing aid: not a runtime base class)."""
