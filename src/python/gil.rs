@@ -22,7 +22,9 @@
 //!   by its waits alone, one that kept the GIL would make the others' waits long, and all
 //!   would end up keeping it (measured: four threads on two cores fell to one thread's rate).
 //! - Alone in this module, the caller competes only with other Python code, and releases when
-//!   the work left repays the expected wait. Beside a busy Python thread the caller then keeps
+//!   the work left repays the expected wait, and always from [`SWITCH_INTERVAL`] of work left:
+//!   held work in Rust never yields to the interpreter's switch requests, so keeping the GIL
+//!   longer would stop every other thread (a signal sender, for one) for the whole call. Beside a busy Python thread the caller then keeps
 //!   at least half its rate, which is what it gets by keeping the GIL (the interpreter shares
 //!   the GIL between the two by switch intervals), and the busy thread runs meanwhile. While
 //!   the expected wait forbids releasing, one release per [`PROBE_EVERY`] still goes ahead, so
@@ -38,6 +40,11 @@ use pyo3::types::PyDict;
 /// The shortest work worth releasing for, even when the GIL comes back at once: below it,
 /// the release and the result conversion cost as much as the parallel work gains.
 pub(crate) const MIN_RELEASE: Duration = Duration::from_micros(100);
+
+/// CPython's default switch interval (`sys.getswitchinterval()`): the longest a thread that
+/// wants the GIL waits before the interpreter makes the holder give it up. Held work in Rust
+/// never gives it up, so work longer than this always releases, whatever the expected wait.
+const SWITCH_INTERVAL: Duration = Duration::from_millis(5);
 
 /// How long a batch runs with the GIL held before it estimates the rest.
 const PROBE: Duration = Duration::from_micros(10);
@@ -116,7 +123,10 @@ impl Policy {
             Decision::Keep
         } else if self.in_flight.load(Relaxed) > 1 {
             Decision::Release { learn: false }
-        } else if nanos(left) >= self.wait_ns.load(Relaxed) || self.probe_due() {
+        } else if left >= SWITCH_INTERVAL
+            || nanos(left) >= self.wait_ns.load(Relaxed)
+            || self.probe_due()
+        {
             Decision::Release { learn: true }
         } else {
             Decision::Keep

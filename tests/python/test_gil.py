@@ -3,7 +3,9 @@ batches release the GIL, short ones decide nothing, and results do not depend on
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 
 import pytest
 
@@ -70,3 +72,47 @@ def test_an_invalid_topic_late_in_a_released_batch_raises_with_its_index():
     topics = [f"a/{i}/c" for i in range(100_000)] + ["a/+/c"]
     with pytest.raises(tm.InvalidTopic, match=r"topics\[100000\]"):
         m.lookup_many(topics)
+
+
+def test_a_batch_longer_than_the_switch_interval_releases_even_after_long_waits():
+    # Teach the rule a long wait: releases beside a busy thread under a 50 ms switch interval.
+    m = tm.Trie("mqtt", SUBS)
+    old = sys.getswitchinterval()
+    stop = threading.Event()
+
+    def busy() -> None:
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    t = threading.Thread(target=busy)
+    sys.setswitchinterval(0.05)
+    t.start()
+    try:
+        for k in range(3):
+            m.lookup_many([f"a/{k}-{i}/c" for i in range(50_000)])
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old)
+    assert _core._gil_stats()["wait_ns"] > 10_000_000
+
+    # A 100,000-topic batch (well over 5 ms) still lets another thread run during it.
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0)
+
+    c = threading.Thread(target=count)
+    c.start()
+    time.sleep(0.01)
+    before = ticks
+    m.lookup_many([f"a/{i % 150}/c" for i in range(100_000)])
+    during = ticks - before
+    done.set()
+    c.join()
+    assert during > 0
