@@ -265,6 +265,10 @@ where
                 (Ok(rest), i)
             };
             let (rest, after) = detach_timed(py, work, learn);
+            // A Ctrl-C that came during the released work is answered before any Python
+            // object is made: making them can run finalizers, and a signal handled inside one
+            // raises there and is lost.
+            py.check_signals()?;
             out.extend(rest?);
             next = after;
         } else {
