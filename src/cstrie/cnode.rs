@@ -10,15 +10,25 @@
 //! paper achieves the same by splitting wide nodes across hash levels, which a word trie cannot
 //! do without mixing levels.
 //!
+//! Copying a C-node for a write still counts every `Arc` it shares except the word map's
+//! path: [`CNode::with`] copies that path by moving the untouched slots where the map is
+//! unshared (`hamt.rs`, "Moving instead of counting"), so a write into a level of 1,000,000
+//! words touches the nodes on its path and not their 32 children each. The hand-over is
+//! committed by `gcas` when, and only when, the new C-node replaces the old one.
+//!
 //! Invariants:
 //! 1. A branch in a C-node is never empty: it has a subscriber or a next I-node (possibly
 //!    tombed, until someone cleans it).
 //! 2. `here` (the subscribers of the empty pattern, AMQP only) is non-empty only at the root.
+//! 3. A C-node's word map is the only owner of the map's root in a main node until a copy
+//!    shares it (`renew`, a snapshot, a write of another field): moving copies are made only
+//!    from an unshared root, and their moves are committed only by the GCAS that replaces the
+//!    C-node they were made from, in its one I-node.
 
 use std::borrow::Borrow;
 use std::sync::Arc;
 
-use super::hamt::{HashKey, PMap, PSet};
+use super::hamt::{HashKey, Moves, PMap, PSet};
 use super::inode::INode;
 use crate::dialect::Token;
 
@@ -45,6 +55,8 @@ pub(crate) struct Word(Arc<WordBranch>);
 pub(crate) struct WordBranch {
     word: Box<str>,
     branch: Branch,
+    #[cfg(all(test, loom))]
+    _live: live_words::Live,
 }
 
 impl Word {
@@ -52,7 +64,41 @@ impl Word {
         Word(Arc::new(WordBranch {
             word: word.into(),
             branch,
+            #[cfg(all(test, loom))]
+            _live: live_words::Live::new(),
         }))
+    }
+}
+
+/// A count of the words alive on this OS thread, for the loom models: a loom model runs all
+/// its threads on one OS thread, and the test harness runs each model on its own, so a word
+/// freed too early shows as a count below the words the trie still holds.
+#[cfg(all(test, loom))]
+pub(crate) mod live_words {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static LIVE: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(crate) struct Live(());
+
+    impl Live {
+        pub(crate) fn new() -> Live {
+            LIVE.with(|n| n.set(n.get() + 1));
+            Live(())
+        }
+    }
+
+    impl Drop for Live {
+        fn drop(&mut self) {
+            LIVE.with(|n| n.set(n.get() - 1));
+        }
+    }
+
+    /// The words alive on this thread now.
+    pub(crate) fn count() -> usize {
+        LIVE.with(Cell::get)
     }
 }
 
@@ -80,6 +126,9 @@ impl HashKey for Word {
         super::hamt::prefetch(Arc::as_ptr(&self.0));
     }
 }
+
+/// The hand-overs of a moving update of a word map (see `hamt.rs`).
+pub(crate) type WordMoves = Moves<Word, ()>;
 
 /// The key of a branch: a word or a wildcard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,22 +174,36 @@ impl CNode {
     }
 
     /// A copy with `key`'s branch replaced by `branch`, or removed if it is empty (invariant
-    /// 1). O(log width).
-    pub(crate) fn with(&self, key: Key<'_>, branch: Branch) -> CNode {
-        let mut cn = self.clone();
+    /// 1). O(log width). The word map is copied by moving where it can (invariant 3): the
+    /// returned [`WordMoves`] must be committed if, and only if, the copy replaces `self` in
+    /// its I-node (see [`CSTrie::gcas`](super::CSTrie::gcas)).
+    pub(crate) fn with(&self, key: Key<'_>, branch: Branch) -> (CNode, WordMoves) {
+        let mut moves = WordMoves::default();
         let keep = !branch.is_empty();
-        match key {
-            Key::Word(w) => {
-                cn.words = if keep {
-                    cn.words.insert(Word::new(w, branch), ())
-                } else {
-                    cn.words.remove(w).unwrap_or(cn.words)
-                }
+        let mut cn = CNode {
+            here: self.here.clone(),
+            words: PMap::default(),
+            one: self.one.clone(),
+            many: self.many.clone(),
+        };
+        cn.words = match key {
+            Key::Word(w) if keep => self
+                .words
+                .insert_moving(Word::new(w, branch), (), &mut moves),
+            Key::Word(w) => self
+                .words
+                .remove_moving(w, &mut moves)
+                .unwrap_or_else(|| self.words.clone()),
+            Key::One => {
+                cn.one = keep.then_some(branch);
+                self.words.clone()
             }
-            Key::One => cn.one = keep.then_some(branch),
-            Key::Many => cn.many = keep.then_some(branch),
-        }
-        cn
+            Key::Many => {
+                cn.many = keep.then_some(branch);
+                self.words.clone()
+            }
+        };
+        (cn, moves)
     }
 
     /// Calls `f` on every branch with its key.

@@ -12,17 +12,25 @@
 //! root at every step of `GCAS_Complete`; here only the commit decision reads it, the one place
 //! the value is used. Reclamation: the thread whose CAS commits a node retires the node it
 //! replaced; the thread whose CAS rolls a failed node back retires the failed node; a node
-//! whose install CAS fails was never published and is dropped at once.
+//! whose install CAS fails was never published and is dropped at once. A C-node whose word map
+//! was copied by moving (`hamt.rs`) owns only the slots it made until its writer learns, here,
+//! that the GCAS committed, and hands the moved slots over before it unpins; a failed or
+//! rolled-back node is freed owning only its own.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 use crossbeam_epoch::{Guard, Owned, Shared};
 
+use super::cnode::WordMoves;
 use super::inode::{INode, MainNode, FAILED};
 use super::CSTrie;
 
 impl CSTrie {
     /// GCAS(`inode`, `old`, `new`): `true` if `new` replaced `old` and was committed.
+    ///
+    /// `moves` are the hand-overs of the word map of `new`, made from the word map of `old`
+    /// (see `CNode::with`); they are committed here, exactly when `new` is, before the caller
+    /// can unpin. Pass `WordMoves::default()` for a `new` made otherwise.
     ///
     /// Caller holds a pinned `guard`, and `old` was read from `inode` under it with
     /// [`gcas_read`](Self::gcas_read), so it is committed.
@@ -31,6 +39,7 @@ impl CSTrie {
         inode: &'g INode,
         old: Shared<'g, MainNode>,
         new: MainNode,
+        moves: WordMoves,
         guard: &'g Guard,
     ) -> bool {
         let new = Owned::new(new);
@@ -45,9 +54,24 @@ impl CSTrie {
                 // SAFETY: `n` may have been rolled back and retired by now, but `guard` is
                 // pinned since before the install, so it is not freed yet.
                 let n = unsafe { n.deref() };
-                n.prev.load(Acquire, guard).is_null()
+                // Final by now: `gcas_complete` returns only once `n` is committed or rolled
+                // back (inode.rs invariant 2).
+                let committed = n.prev.load(Acquire, guard).is_null();
+                if committed {
+                    // SAFETY: `n`, holding the moved word map, replaced `old`, holding its
+                    // source, in `inode`, and `old` was `inode`'s one owner of it (main nodes
+                    // are owned by one I-node slot). Only one GCAS from `old` ever commits,
+                    // and `old` is never reinstated, so no update from the source commits
+                    // again; any other copy of the source (`renew`, a snapshot) belongs to a
+                    // GCAS or RDCSS that cannot also commit (see hamt.rs, "Moving instead of
+                    // counting"). `guard` has been pinned since `old` was read, and `old` is
+                    // retired only at this commit, so both maps are alive.
+                    unsafe { moves.commit() };
+                }
+                committed
             }
-            // Never published: dropping the returned `Owned` frees it.
+            // Never published: dropping the returned `Owned` frees it, and with it only the
+            // slots its new nodes own (the moves stay uncommitted).
             Err(_) => false,
         }
     }
@@ -138,8 +162,11 @@ impl CSTrie {
 /// even a two-thread CAS model does not finish in minutes.
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::super::loom_support::{check, pattern, run2};
+    use super::super::cnode::live_words;
+    use super::super::loom_support::{check, model, pattern, run2, spawn};
+    use super::super::CSTrie;
     use crate::{Dialect, Matcher};
+    use loom::sync::Arc;
 
     #[test]
     fn two_inserts_into_one_cnode_both_land() {
@@ -238,5 +265,32 @@ mod loom_tests {
             },
             |t| check(t, &[("a", 1), ("a.b.c", 2)]),
         );
+    }
+
+    /// A write into an unshared word map copies its root by moving the slots, while a lookup
+    /// walks the old root to a word that moves. Once every retired node is freed, each word
+    /// the trie holds must still be alive: if the writer did not mark the old root as
+    /// moved-from (`Moves::commit`), freeing it would free the moved words under the new root,
+    /// and the count shows it.
+    #[test]
+    fn moving_write_racing_a_lookup_frees_nothing_still_held() {
+        model(|| {
+            let d = Dialect::Amqp;
+            let base = live_words::count();
+            let t = Arc::new(CSTrie::new(d));
+            for w in ["a", "b"] {
+                t.subscribe(&pattern(d, w), 1);
+            }
+            let w = {
+                let t = Arc::clone(&t);
+                spawn(move || assert!(t.subscribe(&pattern(d, "c"), 2)))
+            };
+            assert_eq!(t.lookup_str("a").unwrap(), vec![1]);
+            w.join().unwrap();
+            t.collect_garbage();
+            let live = live_words::count() as isize - base as isize;
+            assert!(live >= 3, "{live} words alive, 3 held");
+            check(&t, &[("a", 1), ("b", 1), ("c", 2)]);
+        });
     }
 }

@@ -8,6 +8,35 @@
 //! copies one path of at most 13 nodes of at most 32 slots and shares the rest, so it costs
 //! O(log n) and cloning a whole map is O(1) (one `Arc` increment).
 //!
+//! # Moving instead of counting
+//!
+//! A counted copy of a node clones its up to 32 slots: one `Arc` increment per child, and a
+//! decrement when the old node is freed. In a level of 1,000,000 words every child is a cold
+//! cache line, so a path of four nodes costs some 128 misses to copy and 128 more to free.
+//! The word map of a C-node is usually unshared, and then the copy need not count: the C-node's
+//! writer ([`PMap::insert_moving`], [`PMap::remove_moving`]) copies each node of the path that
+//! is *movable* (it, and every node above it up to the map's root, has a strong count of 1 and
+//! owns all its slots) by bit-copying its untouched slots into the new node. Ownership of those
+//! slots then passes in two steps:
+//!
+//! - Until the update is known to have won, the new node marks the bit copies in its `lent`
+//!   mask: dropping it (the GCAS lost, or was rolled back) drops only the slot it made.
+//! - Once the GCAS that installs the new map has committed, [`Moves::commit`] sets, in each old
+//!   node, the slots its copy took, and clears the new node's `lent`. The writer does this
+//!   before it unpins, and the old map's main node, retired at the commit, is freed only after
+//!   it unpins, so the old node's drop frees only the slot the update replaced.
+//!
+//! Why it holds: a main node is owned by one I-node slot, so a map root of count 1 is reached
+//! only from the main node being replaced, and only one GCAS from that main node ever commits;
+//! it is never reinstated. Every other way to keep a node of the old map past one operation
+//! (a counted copy by a racing writer on the same I-node, `renew`'s copy of the main node into
+//! a new generation, a snapshot's copy of the root's) belongs to a GCAS or RDCSS that cannot
+//! also succeed, so those copies are dropped, and a dropped copy only decrements counts (a
+//! node whose last count it drops frees only the slots it owns). Readers still walking an old
+//! node reach the moved slots through it: they now belong to the new map, which is freed only
+//! after it too is replaced and retired, so after those readers unpin. A snapshot shares the
+//! map (count 2), so a shared path takes the counted copy, node by node.
+//!
 //! Invariants:
 //! 1. A `Branch` node's `slots` holds exactly one slot per set bit of `bitmap`, in bit order.
 //! 2. A `Collision` node holds two or more pairs whose 64-bit hashes are all equal; it only
@@ -15,12 +44,20 @@
 //! 3. No node below the root is empty, and no node below the root holds a single leaf (removal
 //!    pulls such a leaf up into its parent), so the shape depends only on the keys.
 //! 4. `len` is the number of pairs.
+//! 5. Every slot is owned (dropped) by exactly one node: the node holding it, unless that
+//!    node's `lent` has the slot's bit. `lent` is non-zero only in a node copied by moving
+//!    whose update has not been committed (it owns only the slot it made), and in a node of a
+//!    replaced map copied from by moving (it owns only the slot its copy replaced). A node a
+//!    committed main node reaches has `lent` zero once its writer has returned.
 //!
 //! Recursion here is bounded by the hash width (13 levels), never by the data.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, OnceLock};
+
+use crate::sync::AtomicU32;
 
 /// Bits of hash consumed per level.
 const BITS: u32 = 5;
@@ -28,6 +65,9 @@ const BITS: u32 = 5;
 const MASK: u64 = (1 << BITS) - 1;
 /// Shift at and beyond which the 64 hash bits are exhausted.
 const MAX_SHIFT: u32 = 65;
+/// Branch levels a path may cross before the hash bits run out: the most moves one update
+/// records.
+const MAX_DEPTH: usize = MAX_SHIFT.div_ceil(BITS) as usize;
 
 /// Keys hash to 64 bits through this trait so that `u32` ids can use a cheap bijective mix and
 /// words a keyed SipHash.
@@ -70,6 +110,16 @@ fn clone_slots<K: HashKey + Clone, V: Clone>(slots: &[Slot<K, V>]) -> Vec<Slot<K
     slots.to_vec()
 }
 
+/// Hints the CPU to fetch every line of `slots`, which a moving copy is about to read whole:
+/// issued on the way down a path, the fetches of all its nodes overlap instead of each copy
+/// waiting for its own.
+fn prefetch_slots<K: HashKey, V>(slots: &[Slot<K, V>]) {
+    let p = slots.as_ptr().cast::<u8>();
+    for off in (0..std::mem::size_of_val(slots)).step_by(64) {
+        prefetch(p.wrapping_add(off));
+    }
+}
+
 /// One process-wide keyed hasher: every trie and snapshot must agree on word hashes because
 /// they share nodes, and a random key keeps crafted word collisions out.
 fn words_hasher() -> &'static RandomState {
@@ -109,13 +159,110 @@ pub(crate) struct PMap<K: HashKey, V> {
 pub(crate) type PSet = PMap<u32, ()>;
 
 enum Node<K: HashKey, V> {
-    Branch { bitmap: u32, slots: Vec<Slot<K, V>> },
-    Collision { pairs: Vec<(K, V)> },
+    Branch {
+        bitmap: u32,
+        /// The slots this node holds without owning them (bit i: `slots[i]`), which its drop
+        /// must leave alone: see "Moving instead of counting" in the module docs. Zero in every
+        /// node a live map reaches once its writer has returned.
+        lent: AtomicU32,
+        slots: Vec<Slot<K, V>>,
+    },
+    Collision {
+        pairs: Vec<(K, V)>,
+    },
 }
 
 enum Slot<K: HashKey, V> {
     Leaf { hash: u64, key: K, value: V },
     Node(Arc<Node<K, V>>),
+}
+
+/// The hand-overs of one moving update ([`PMap::insert_moving`], [`PMap::remove_moving`]):
+/// for each node copied by moving, the node it was copied from and the slots that copy took
+/// over. Applied by [`commit`](Moves::commit) once the update has replaced the map it was made
+/// from; dropped unapplied, it leaves every slot with the node it came from.
+pub(crate) struct Moves<K: HashKey, V> {
+    list: [Move<K, V>; MAX_DEPTH],
+    len: usize,
+}
+
+struct Move<K: HashKey, V> {
+    /// The node copied from.
+    old: *const Node<K, V>,
+    /// The slots of `old` that `new` took over.
+    taken: u32,
+    /// The copy, which owns every slot once the move is committed.
+    new: *const Node<K, V>,
+}
+
+impl<K: HashKey, V> Clone for Move<K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K: HashKey, V> Copy for Move<K, V> {}
+
+impl<K: HashKey, V> Default for Moves<K, V> {
+    fn default() -> Self {
+        let none = Move {
+            old: std::ptr::null(),
+            taken: 0,
+            new: std::ptr::null(),
+        };
+        Moves {
+            list: [none; MAX_DEPTH],
+            len: 0,
+        }
+    }
+}
+
+impl<K: HashKey, V> Moves<K, V> {
+    /// Whether the update moved nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, old: &Arc<Node<K, V>>, taken: u32, new: &Arc<Node<K, V>>) {
+        self.list[self.len] = Move {
+            old: Arc::as_ptr(old),
+            taken,
+            new: Arc::as_ptr(new),
+        };
+        self.len += 1;
+    }
+
+    /// Hands the moved slots over: each old node stops owning the slots its copy took, and
+    /// each copy starts owning all of its slots.
+    ///
+    /// # Safety
+    ///
+    /// The map this update returned has replaced the map it was made from in that map's only
+    /// owner, by an atomic step no other update from the same source can also take, so no
+    /// update from the source is ever committed again and no new owner of the source's nodes
+    /// can appear (see "Moving instead of counting" in the module docs). Both maps' nodes are
+    /// still alive: the caller is pinned since before it read the source, and the new map is
+    /// freed only after a later replacement and an epoch.
+    pub(crate) unsafe fn commit(self) {
+        for m in &self.list[..self.len] {
+            // SAFETY: both nodes are alive (the function's contract); `lent` is atomic, so
+            // writing it while readers traverse either node is no data race.
+            let (old, new) = unsafe { (&*m.old, &*m.new) };
+            if let (Node::Branch { lent: old, .. }, Node::Branch { lent: new, .. }) = (old, new) {
+                old.fetch_or(m.taken, Release);
+                new.store(0, Release);
+            }
+        }
+    }
+}
+
+/// The bits of the first `len` slot positions, but for `except`.
+fn slot_mask(len: usize, except: Option<usize>) -> u32 {
+    let all = if len >= 32 { u32::MAX } else { (1 << len) - 1 };
+    match except {
+        Some(i) => all & !(1 << i),
+        None => all,
+    }
 }
 
 impl<K: HashKey, V> Default for PMap<K, V> {
@@ -129,20 +276,6 @@ impl<K: HashKey, V> Clone for PMap<K, V> {
         PMap {
             root: self.root.clone(),
             len: self.len,
-        }
-    }
-}
-
-impl<K: HashKey + Clone, V: Clone> Clone for Node<K, V> {
-    fn clone(&self) -> Self {
-        match self {
-            Node::Branch { bitmap, slots } => Node::Branch {
-                bitmap: *bitmap,
-                slots: slots.clone(),
-            },
-            Node::Collision { pairs } => Node::Collision {
-                pairs: pairs.clone(),
-            },
         }
     }
 }
@@ -177,7 +310,7 @@ enum Removed<K: HashKey, V> {
     /// One pair is left: the parent inlines it (invariant 3).
     Single(u64, K, V),
     /// A smaller node.
-    Node(Node<K, V>),
+    Node(Arc<Node<K, V>>),
 }
 
 impl<K: HashKey, V> PMap<K, V> {
@@ -228,7 +361,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         let mut shift = 0;
         loop {
             match node {
-                Node::Branch { bitmap, slots } => {
+                Node::Branch { bitmap, slots, .. } => {
                     let bit = bit_of(hash, shift);
                     if bitmap & bit == 0 {
                         return None;
@@ -267,19 +400,37 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
     /// The map with `key` bound to `value`; an equal key already there is replaced too, since
     /// a key may carry data (the C-node's word keys carry their branch).
     pub(crate) fn insert(&self, key: K, value: V) -> Self {
+        self.insert_with(key, value, None)
+    }
+
+    /// [`insert`](Self::insert), copying the nodes on the path that this map alone reaches by
+    /// moving their other slots rather than counting them (see "Moving instead of counting"
+    /// in the module docs). The hand-overs are recorded in `moves`, for
+    /// [`Moves::commit`] once the result has replaced `self`; `moves` must be empty.
+    pub(crate) fn insert_moving(&self, key: K, value: V, moves: &mut Moves<K, V>) -> Self {
+        debug_assert!(moves.is_empty());
+        self.insert_with(key, value, Some(moves))
+    }
+
+    fn insert_with(&self, key: K, value: V, moves: Option<&mut Moves<K, V>>) -> Self {
         let hash = key.hash64();
         match &self.root {
             None => PMap {
-                root: Some(Arc::new(Node::Branch {
-                    bitmap: bit_of(hash, 0),
-                    slots: vec![Slot::Leaf { hash, key, value }],
-                })),
+                root: Some(Arc::new(Node::branch(
+                    bit_of(hash, 0),
+                    vec![Slot::Leaf { hash, key, value }],
+                ))),
                 len: 1,
             },
             Some(root) => {
-                let (node, added) = root.insert(0, hash, key, value);
+                let mut none = Moves::default();
+                let (unique, moves) = match moves {
+                    Some(m) => (true, m),
+                    None => (false, &mut none),
+                };
+                let (node, added) = Node::insert(root, unique, 0, hash, key, value, moves);
                 PMap {
-                    root: Some(Arc::new(node)),
+                    root: Some(node),
                     len: self.len + usize::from(added),
                 }
             }
@@ -292,15 +443,38 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         K: Borrow<Q>,
         Q: HashKey + Eq + ?Sized,
     {
+        self.remove_with(key, None)
+    }
+
+    /// [`remove`](Self::remove), moving as [`insert_moving`](Self::insert_moving) does.
+    pub(crate) fn remove_moving<Q>(&self, key: &Q, moves: &mut Moves<K, V>) -> Option<Self>
+    where
+        K: Borrow<Q>,
+        Q: HashKey + Eq + ?Sized,
+    {
+        debug_assert!(moves.is_empty());
+        self.remove_with(key, Some(moves))
+    }
+
+    fn remove_with<Q>(&self, key: &Q, moves: Option<&mut Moves<K, V>>) -> Option<Self>
+    where
+        K: Borrow<Q>,
+        Q: HashKey + Eq + ?Sized,
+    {
         let root = self.root.as_ref()?;
-        let root = match root.remove(0, key.hash64(), key) {
+        let mut none = Moves::default();
+        let (unique, moves) = match moves {
+            Some(m) => (true, m),
+            None => (false, &mut none),
+        };
+        let root = match Node::remove(root, unique, 0, key.hash64(), key, moves) {
             Removed::Absent => return None,
             Removed::Empty => None,
-            Removed::Single(hash, key, value) => Some(Arc::new(Node::Branch {
-                bitmap: bit_of(hash, 0),
-                slots: vec![Slot::Leaf { hash, key, value }],
-            })),
-            Removed::Node(node) => Some(Arc::new(node)),
+            Removed::Single(hash, key, value) => Some(Arc::new(Node::branch(
+                bit_of(hash, 0),
+                vec![Slot::Leaf { hash, key, value }],
+            ))),
+            Removed::Node(node) => Some(node),
         };
         Some(PMap {
             root,
@@ -310,7 +484,8 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
 }
 
 impl<K: HashKey, V> PMap<K, V> {
-    /// Checks invariants 1 to 4, and that every leaf sits where its hash puts it.
+    /// Checks invariants 1 to 5, and that every leaf sits where its hash puts it. Call it
+    /// while no write that may have moved from this map is in flight.
     pub(crate) fn check(&self) -> Result<(), String> {
         let Some(root) = &self.root else {
             return match self.len {
@@ -324,9 +499,16 @@ impl<K: HashKey, V> PMap<K, V> {
         while let Some((node, shift, prefix)) = stack.pop() {
             let below_root = shift > 0;
             match node {
-                Node::Branch { bitmap, slots } => {
+                Node::Branch {
+                    bitmap,
+                    lent,
+                    slots,
+                } => {
                     if bitmap.count_ones() as usize != slots.len() {
                         return Err("bitmap and slots disagree".into());
+                    }
+                    if lent.load(Acquire) != 0 {
+                        return Err("a node holding slots it does not own".into());
                     }
                     if below_root && slots.is_empty() {
                         return Err("an empty node below the root".into());
@@ -391,8 +573,14 @@ impl<K: HashKey, V> Node<K, V> {
 
     fn drain_unique(mut self, f: &mut impl FnMut(K, V)) {
         match &mut self {
-            Node::Branch { slots, .. } => {
-                for slot in std::mem::take(slots) {
+            Node::Branch { slots, lent, .. } => {
+                let lent = lent.load(Acquire);
+                for (i, slot) in std::mem::take(slots).into_iter().enumerate() {
+                    if lent & (1 << i) != 0 {
+                        // Owned by the node this one's slots moved to (or from): not ours.
+                        std::mem::forget(slot);
+                        continue;
+                    }
                     match slot {
                         Slot::Leaf { key, value, .. } => f(key, value),
                         Slot::Node(n) => {
@@ -411,16 +599,121 @@ impl<K: HashKey, V> Node<K, V> {
 }
 
 impl<K: HashKey, V> Drop for Node<K, V> {
-    /// Fetches the children before the slots are dropped, for the reason `clone_slots` gives:
-    /// each drop decrements a counter in a child that is cold in a wide map.
+    /// Leaves the slots the node does not own (`lent`) to their owner, and fetches the children
+    /// before the rest are dropped, for the reason `clone_slots` gives: each drop decrements a
+    /// counter in a child that is cold in a wide map.
     fn drop(&mut self) {
-        if let Node::Branch { slots, .. } = self {
+        if let Node::Branch { slots, lent, .. } = self {
+            // Acquire: a node is dropped after its last owner let go, which orders the `commit`
+            // that set `lent` before this load (the epoch or the `Arc` count does); acquire
+            // costs nothing more on the machines this runs on.
+            let lent = lent.load(Acquire);
+            if lent != 0 {
+                // Only the owned slots are read: a moved-from node in a wide map owns one, and
+                // the others are cold lines the new owner will free.
+                let mut owned = !lent & slot_mask(slots.len(), None);
+                let base = slots.as_mut_ptr();
+                // SAFETY: the length goes to zero first, so the vector drops no slot and a
+                // panicking drop below leaks the rest instead of dropping one twice; each
+                // owned slot, at an index below the old length, is dropped in place once.
+                unsafe {
+                    slots.set_len(0);
+                    while owned != 0 {
+                        let i = owned.trailing_zeros() as usize;
+                        owned &= owned - 1;
+                        std::ptr::drop_in_place(base.add(i));
+                    }
+                }
+                return;
+            }
             for slot in slots.iter() {
                 match slot {
                     Slot::Leaf { key, .. } => key.prefetch(),
                     Slot::Node(n) => prefetch(Arc::as_ptr(n)),
                 }
             }
+        }
+    }
+}
+
+impl<K: HashKey, V> Node<K, V> {
+    /// A branch node that owns all its slots.
+    fn branch(bitmap: u32, slots: Vec<Slot<K, V>>) -> Self {
+        Node::Branch {
+            bitmap,
+            lent: AtomicU32::new(0),
+            slots,
+        }
+    }
+
+    /// Whether an update may move this node's slots rather than count them, given that the
+    /// path above it may be moved (`path_unique`): nobody else holds the node (its only
+    /// reference is the slot or map it was reached through) and it owns all of its slots.
+    fn movable(this: &Arc<Self>, path_unique: bool) -> bool {
+        if !path_unique || Arc::strong_count(this) != 1 {
+            return false;
+        }
+        match &**this {
+            // Acquire pairs with `commit`'s release: a node seen owning all its slots was
+            // handed them before.
+            Node::Branch { lent, .. } => lent.load(Acquire) == 0,
+            Node::Collision { .. } => false,
+        }
+    }
+
+    /// A branch node of `bitmap` whose slots are `src[..at]`, then `mid` if any, then
+    /// `src[at + skip..]`. With `moving`, the slots from `src` are bit copies that the new
+    /// node does not own (its `lent` says so) until [`Moves::commit`] hands them over; without,
+    /// they are counted clones.
+    fn spliced(
+        bitmap: u32,
+        src: &[Slot<K, V>],
+        at: usize,
+        skip: usize,
+        mid: Option<Slot<K, V>>,
+        moving: bool,
+    ) -> Self
+    where
+        K: Clone,
+        V: Clone,
+    {
+        let own = mid.as_ref().map(|_| at);
+        let len = src.len() - skip + usize::from(own.is_some());
+        if !moving {
+            let mut slots = clone_slots(src);
+            match (mid, skip) {
+                (Some(m), 0) => slots.insert(at, m),
+                (Some(m), _) => slots[at] = m,
+                (None, _) => {
+                    slots.remove(at);
+                }
+            }
+            return Node::branch(bitmap, slots);
+        }
+        let mut slots: Vec<Slot<K, V>> = Vec::with_capacity(len);
+        let lent = AtomicU32::new(slot_mask(len, own));
+        // SAFETY: each slot of `src` is bit-copied once into `slots`, which has room for all
+        // of them (no reallocation, no panic between here and the node's construction). The
+        // copies are not counted: the node built below marks them all in `lent`, so dropping
+        // it (the update lost, or its map was a temporary) never drops them, and `src` keeps
+        // owning them until `Moves::commit` hands them over after the update won.
+        unsafe {
+            let dst = slots.as_mut_ptr();
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, at);
+            let mut n = at;
+            if let Some(m) = mid {
+                dst.add(n).write(m);
+                n += 1;
+            }
+            let rest = &src[at + skip..];
+            std::ptr::copy_nonoverlapping(rest.as_ptr(), dst.add(n), rest.len());
+            debug_assert_eq!(n + rest.len(), len);
+            slots.set_len(n + rest.len());
+        }
+        Node::Branch {
+            bitmap,
+            lent,
+            slots,
         }
     }
 }
@@ -435,10 +728,10 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
         }
         let (ba, bb) = (bit_of(a.0, shift), bit_of(b.0, shift));
         if ba == bb {
-            return Node::Branch {
-                bitmap: ba,
-                slots: vec![Slot::Node(Arc::new(Node::pair(shift + BITS, a, b)))],
-            };
+            return Node::branch(
+                ba,
+                vec![Slot::Node(Arc::new(Node::pair(shift + BITS, a, b)))],
+            );
         }
         let leaf = |(hash, key, value)| Slot::Leaf { hash, key, value };
         let slots = if ba < bb {
@@ -446,83 +739,105 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
         } else {
             vec![leaf(b), leaf(a)]
         };
-        Node::Branch {
-            bitmap: ba | bb,
-            slots,
-        }
+        Node::branch(ba | bb, slots)
     }
 
-    /// A copy of this node with the pair added; `true` if the key is new.
-    fn insert(&self, shift: u32, hash: u64, key: K, value: V) -> (Self, bool) {
-        match self {
-            Node::Branch { bitmap, slots } => {
+    /// A copy of `this` with the pair added; `true` if the key is new. With `path_unique`
+    /// (the map and every node above `this` may be moved), a movable `this` is copied by
+    /// moving and the move recorded in `moves`.
+    fn insert(
+        this: &Arc<Self>,
+        path_unique: bool,
+        shift: u32,
+        hash: u64,
+        key: K,
+        value: V,
+        moves: &mut Moves<K, V>,
+    ) -> (Arc<Self>, bool) {
+        let moving = Self::movable(this, path_unique);
+        match &**this {
+            Node::Branch { bitmap, slots, .. } => {
+                if moving {
+                    prefetch_slots(slots);
+                }
                 let bit = bit_of(hash, shift);
                 let at = index_of(*bitmap, bit);
-                let mut slots = clone_slots(slots);
                 if bitmap & bit == 0 {
-                    slots.insert(at, Slot::Leaf { hash, key, value });
-                    return (
-                        Node::Branch {
-                            bitmap: bitmap | bit,
-                            slots,
-                        },
-                        true,
-                    );
+                    let leaf = Slot::Leaf { hash, key, value };
+                    let node = Arc::new(Node::spliced(
+                        bitmap | bit,
+                        slots,
+                        at,
+                        0,
+                        Some(leaf),
+                        moving,
+                    ));
+                    if moving {
+                        moves.push(this, slot_mask(slots.len(), None), &node);
+                    }
+                    return (node, true);
                 }
-                let added = match &mut slots[at] {
+                let (slot, added) = match &slots[at] {
+                    Slot::Leaf {
+                        hash: h, key: k, ..
+                    } if *h == hash && *k == key => (Slot::Leaf { hash, key, value }, false),
                     Slot::Leaf {
                         hash: h,
                         key: k,
                         value: v,
                     } => {
-                        if *h == hash && *k == key {
-                            *k = key;
-                            *v = value;
-                            false
-                        } else {
-                            let old = (*h, k.clone(), v.clone());
-                            let node = Node::pair(shift + BITS, old, (hash, key, value));
-                            slots[at] = Slot::Node(Arc::new(node));
-                            true
-                        }
+                        let old = (*h, k.clone(), v.clone());
+                        let node = Node::pair(shift + BITS, old, (hash, key, value));
+                        (Slot::Node(Arc::new(node)), true)
                     }
                     Slot::Node(n) => {
-                        let (node, added) = n.insert(shift + BITS, hash, key, value);
-                        slots[at] = Slot::Node(Arc::new(node));
-                        added
+                        let (node, added) =
+                            Node::insert(n, moving, shift + BITS, hash, key, value, moves);
+                        (Slot::Node(node), added)
                     }
                 };
-                (
-                    Node::Branch {
-                        bitmap: *bitmap,
-                        slots,
-                    },
-                    added,
-                )
+                let node = Arc::new(Node::spliced(*bitmap, slots, at, 1, Some(slot), moving));
+                if moving {
+                    moves.push(this, slot_mask(slots.len(), Some(at)), &node);
+                }
+                (node, added)
             }
             Node::Collision { pairs } => {
                 let mut pairs = pairs.clone();
-                if let Some(p) = pairs.iter_mut().find(|(k, _)| *k == key) {
+                let added = if let Some(p) = pairs.iter_mut().find(|(k, _)| *k == key) {
                     *p = (key, value);
-                    (Node::Collision { pairs }, false)
+                    false
                 } else {
                     pairs.push((key, value));
-                    (Node::Collision { pairs }, true)
-                }
+                    true
+                };
+                (Arc::new(Node::Collision { pairs }), added)
             }
         }
     }
 
-    fn remove<Q>(&self, shift: u32, hash: u64, key: &Q) -> Removed<K, V>
+    /// A copy of `this` without `key`, moving as [`insert`](Self::insert) does.
+    fn remove<Q>(
+        this: &Arc<Self>,
+        path_unique: bool,
+        shift: u32,
+        hash: u64,
+        key: &Q,
+        moves: &mut Moves<K, V>,
+    ) -> Removed<K, V>
     where
         K: Borrow<Q>,
         Q: HashKey + Eq + ?Sized,
     {
-        match self {
-            Node::Branch { bitmap, slots } => {
+        let moving = Self::movable(this, path_unique);
+        match &**this {
+            Node::Branch { bitmap, slots, .. } => {
                 let bit = bit_of(hash, shift);
                 if bitmap & bit == 0 {
                     return Removed::Absent;
+                }
+                if moving {
+                    prefetch_slots(slots);
                 }
                 let at = index_of(*bitmap, bit);
                 let replacement = match &slots[at] {
@@ -534,28 +849,39 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
                         }
                         None
                     }
-                    Slot::Node(n) => match n.remove(shift + BITS, hash, key) {
-                        Removed::Absent => return Removed::Absent,
-                        Removed::Empty => None,
-                        Removed::Single(hash, key, value) => Some(Slot::Leaf { hash, key, value }),
-                        Removed::Node(node) => Some(Slot::Node(Arc::new(node))),
-                    },
+                    Slot::Node(n) => {
+                        match Node::remove(n, moving, shift + BITS, hash, key, moves) {
+                            Removed::Absent => return Removed::Absent,
+                            Removed::Empty => None,
+                            Removed::Single(hash, key, value) => {
+                                Some(Slot::Leaf { hash, key, value })
+                            }
+                            Removed::Node(node) => Some(Slot::Node(node)),
+                        }
+                    }
                 };
-                let mut slots = clone_slots(slots);
-                let mut bitmap = *bitmap;
-                match replacement {
-                    Some(slot) => slots[at] = slot,
-                    None => {
-                        slots.remove(at);
-                        bitmap &= !bit;
+                let bitmap = if replacement.is_some() {
+                    *bitmap
+                } else {
+                    bitmap & !bit
+                };
+                // What is left when at most one slot is: nothing, or a lone leaf for the
+                // parent to inline (invariant 3). Nothing is moved then; the lone leaf is a
+                // counted clone, or the replacement itself.
+                match (slots.len(), replacement) {
+                    (1, None) => Removed::Empty,
+                    (1, Some(Slot::Leaf { hash, key, value })) => Removed::Single(hash, key, value),
+                    (2, None) => {
+                        if let Slot::Leaf { hash, key, value } = &slots[1 - at] {
+                            return Removed::Single(*hash, key.clone(), value.clone());
+                        }
+                        let node = Node::spliced(bitmap, slots, at, 1, None, moving);
+                        Removed::finish(this, node, slots.len(), at, moving, moves)
                     }
-                }
-                match slots.as_slice() {
-                    [] => Removed::Empty,
-                    [Slot::Leaf { hash, key, value }] => {
-                        Removed::Single(*hash, key.clone(), value.clone())
+                    (_, replacement) => {
+                        let node = Node::spliced(bitmap, slots, at, 1, replacement, moving);
+                        Removed::finish(this, node, slots.len(), at, moving, moves)
                     }
-                    _ => Removed::Node(Node::Branch { bitmap, slots }),
                 }
             }
             Node::Collision { pairs } => {
@@ -568,10 +894,29 @@ impl<K: HashKey + Eq + Clone, V: Clone> Node<K, V> {
                     let (k, v) = pairs.pop().expect("one pair left");
                     Removed::Single(hash, k, v)
                 } else {
-                    Removed::Node(Node::Collision { pairs })
+                    Removed::Node(Arc::new(Node::Collision { pairs }))
                 }
             }
         }
+    }
+}
+
+impl<K: HashKey, V> Removed<K, V> {
+    /// A removal's new node, its move recorded if it was made by moving: the copy took every
+    /// slot of `old` (of `len`) but the one at `at`, which was removed or replaced.
+    fn finish(
+        old: &Arc<Node<K, V>>,
+        node: Node<K, V>,
+        len: usize,
+        at: usize,
+        moving: bool,
+        moves: &mut Moves<K, V>,
+    ) -> Self {
+        let node = Arc::new(node);
+        if moving {
+            moves.push(old, slot_mask(len, Some(at)), &node);
+        }
+        Removed::Node(node)
     }
 }
 
@@ -641,5 +986,113 @@ mod tests {
             assert!(!m.contains(k));
         }
         assert!(m.is_empty());
+    }
+
+    std::thread_local! {
+        /// Tracked keys alive on this thread.
+        static LIVE: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A key that counts its live copies, and whose hash may collide on purpose (the low
+    /// 12 bits of the id, and the rest set high), so moves cross collision nodes too.
+    #[derive(PartialEq, Eq, Debug)]
+    struct Tracked(u32);
+
+    impl Tracked {
+        fn new(k: u32) -> Tracked {
+            LIVE.with(|n| n.set(n.get() + 1));
+            Tracked(k)
+        }
+    }
+
+    impl Clone for Tracked {
+        fn clone(&self) -> Tracked {
+            Tracked::new(self.0)
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            LIVE.with(|n| n.set(n.get() - 1));
+        }
+    }
+
+    impl HashKey for Tracked {
+        fn hash64(&self) -> u64 {
+            if self.0 % 7 == 0 {
+                u64::from(self.0 % 5)
+            } else {
+                self.0.hash64()
+            }
+        }
+    }
+
+    fn contents(m: &PMap<Tracked, u32>) -> HashMap<u32, u32> {
+        let mut got = HashMap::new();
+        m.for_each(&mut |k, v| assert!(got.insert(k.0, *v).is_none()));
+        got
+    }
+
+    /// Moving updates that win (committed, the old map then dropped), lose (the new map
+    /// dropped uncommitted) or meet a shared map (kept versions, which force counted copies)
+    /// leave every version reading what it held, and free every key exactly once.
+    #[test]
+    fn moving_updates_hand_each_slot_to_one_owner() {
+        {
+            let mut model: HashMap<u32, u32> = HashMap::new();
+            let mut m: PMap<Tracked, u32> = PMap::default();
+            let mut versions = Vec::new();
+            let mut x: u32 = 11;
+            for step in 0..20_000u32 {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                let k = (x >> 8) % 2000;
+                let mut moves = Moves::default();
+                let (new, new_model) = if x % 3 == 0 {
+                    let mut nm = model.clone();
+                    let removed = nm.remove(&k).is_some();
+                    match m.remove_moving(&Tracked::new(k), &mut moves) {
+                        Some(r) => (r, nm),
+                        None => {
+                            assert!(!removed && moves.is_empty());
+                            continue;
+                        }
+                    }
+                } else {
+                    let mut nm = model.clone();
+                    nm.insert(k, step);
+                    (m.insert_moving(Tracked::new(k), step, &mut moves), nm)
+                };
+                assert_eq!(new.len(), new_model.len());
+                match (x >> 4) % 8 {
+                    // The update lost: its map goes, the old one stays as it was.
+                    0 => drop(new),
+                    _ => {
+                        // SAFETY: `m` is the only owner of the map `new` was made from, it
+                        // is replaced now and never updated again, and both are alive.
+                        unsafe { moves.commit() };
+                        // A reader still holding the old map reads it whole.
+                        assert_eq!(contents(&m), model);
+                        m = new;
+                        model = new_model;
+                    }
+                }
+                new_check(&m, &model);
+                if step % 1000 == 0 {
+                    versions.push((m.clone(), model.clone()));
+                }
+                if step % 3000 == 0 {
+                    versions.clear();
+                }
+            }
+            for (v, model) in &versions {
+                new_check(v, model);
+            }
+        }
+        assert_eq!(LIVE.with(std::cell::Cell::get), 0);
+    }
+
+    fn new_check(m: &PMap<Tracked, u32>, model: &HashMap<u32, u32>) {
+        assert_eq!(&contents(m), model);
+        m.check().unwrap();
     }
 }

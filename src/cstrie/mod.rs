@@ -41,7 +41,10 @@
 //!
 //! Reclamation is crossbeam-epoch: every operation pins, main nodes and root nodes are retired
 //! with `defer_destroy` by the one thread that unlinks them, and I-nodes are shared by `Arc`
-//! between generations and snapshots (see `inode.rs`).
+//! between generations and snapshots (see `inode.rs`). Inside a C-node, an unshared word map
+//! is updated by moving slots from the old map's path to the new one rather than counting them
+//! (`hamt.rs`, "Moving instead of counting"): a write into a level of 1,000,000 words then
+//! touches the nodes on its path, not their children.
 //!
 //! Not linearizable as a whole: `remove_subscriber` (a snapshot, then one unsubscribe per
 //! pattern found) and `len` while writes are in flight (a counter updated after each write).
@@ -61,7 +64,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
 
-use self::cnode::{Branch, CNode, Key};
+use self::cnode::{Branch, CNode, Key, WordMoves};
 use self::hamt::PSet;
 use self::inode::{Gen, INode, Main, MainNode};
 use self::snapshot::RootNode;
@@ -163,6 +166,15 @@ impl CSTrie {
         })
     }
 
+    /// Pins and flushes until the garbage retired so far is freed, for the loom models: each
+    /// flush tries to advance the epoch and frees what is two epochs old.
+    #[cfg(all(test, loom))]
+    fn collect_garbage(&self) {
+        for _ in 0..8 {
+            self.pin().flush();
+        }
+    }
+
     /// The C-node of a main node, or `None` for a T-node.
     fn cnode<'g>(m: Shared<'g, MainNode>) -> Option<&'g CNode> {
         // SAFETY: `m` was read under the guard of lifetime `'g` from a reachable I-node; main
@@ -194,12 +206,8 @@ impl CSTrie {
             subs: branch.subs.clone(),
             next: Some(Arc::new(INode::new(gen, main))),
         };
-        self.gcas(
-            parent,
-            pm,
-            MainNode::new(Main::C(cn.with(key, copy))),
-            guard,
-        )
+        let (ncn, moves) = cn.with(key, copy);
+        self.gcas(parent, pm, MainNode::new(Main::C(ncn)), moves, guard)
     }
 
     /// The chain of fresh I-nodes for `rest` (at least one token), whose last branch holds `id`.
@@ -210,14 +218,14 @@ impl CSTrie {
             subs: PSet::default().insert(id, ()),
             next: None,
         };
-        let mut cn = CNode::default().with(Key::of(last), leaf);
+        let mut cn = CNode::default().with(Key::of(last), leaf).0;
         for token in above.iter().rev() {
             let inode = Arc::new(INode::new(gen, Main::C(cn)));
             let branch = Branch {
                 subs: PSet::default(),
                 next: Some(inode),
             };
-            cn = CNode::default().with(Key::of(token), branch);
+            cn = CNode::default().with(Key::of(token), branch).0;
         }
         Arc::new(INode::new(gen, Main::C(cn)))
     }
@@ -248,7 +256,13 @@ impl CSTrie {
                     }
                     let mut new = cn.clone();
                     new.here = cn.here.insert(id, ());
-                    if self.gcas(i, m, MainNode::new(Main::C(new)), guard) {
+                    if self.gcas(
+                        i,
+                        m,
+                        MainNode::new(Main::C(new)),
+                        WordMoves::default(),
+                        guard,
+                    ) {
                         return true;
                     }
                     continue 'restart;
@@ -265,7 +279,8 @@ impl CSTrie {
                         subs: b.subs.insert(id, ()),
                         next: b.next,
                     };
-                    if self.gcas(i, m, MainNode::new(Main::C(cn.with(key, nb))), guard) {
+                    let (ncn, moves) = cn.with(key, nb);
+                    if self.gcas(i, m, MainNode::new(Main::C(ncn)), moves, guard) {
                         return true;
                     }
                     continue 'restart;
@@ -289,7 +304,8 @@ impl CSTrie {
                             subs: branch.map(|b| b.subs.clone()).unwrap_or_default(),
                             next: Some(Self::chain(&tokens[depth + 1..], id, startgen)),
                         };
-                        if self.gcas(i, m, MainNode::new(Main::C(cn.with(key, nb))), guard) {
+                        let (ncn, moves) = cn.with(key, nb);
+                        if self.gcas(i, m, MainNode::new(Main::C(ncn)), moves, guard) {
                             return true;
                         }
                         continue 'restart;
@@ -326,7 +342,13 @@ impl CSTrie {
                     };
                     let mut new = cn.clone();
                     new.here = here;
-                    if self.gcas(i, m, MainNode::new(Main::C(new)), guard) {
+                    if self.gcas(
+                        i,
+                        m,
+                        MainNode::new(Main::C(new)),
+                        WordMoves::default(),
+                        guard,
+                    ) {
                         return true;
                     }
                     continue 'restart;
@@ -358,10 +380,15 @@ impl CSTrie {
                     .next
                     .clone()
                     .filter(|x| Self::cnode(self.gcas_read(x, guard)).is_some());
-                let ncn = cn.with(key, Branch { subs, next });
+                let (ncn, moves) = cn.with(key, Branch { subs, next });
                 let entomb = !path.is_empty() && ncn.is_empty();
-                let new = if entomb { Main::T } else { Main::C(ncn) };
-                if !self.gcas(i, m, MainNode::new(new), guard) {
+                // A tomb holds no map: nothing of the source is handed over.
+                let (new, moves) = if entomb {
+                    (Main::T, WordMoves::default())
+                } else {
+                    (Main::C(ncn), moves)
+                };
+                if !self.gcas(i, m, MainNode::new(new), moves, guard) {
                     continue 'restart;
                 }
                 if entomb {
@@ -404,7 +431,7 @@ impl CSTrie {
                 // Someone else cleaned it already.
                 return false;
             }
-            let ncn = cn.with(
+            let (ncn, moves) = cn.with(
                 key,
                 Branch {
                     subs: b.subs.clone(),
@@ -412,8 +439,12 @@ impl CSTrie {
                 },
             );
             let entomb = !parent_is_root && ncn.is_empty();
-            let new = if entomb { Main::T } else { Main::C(ncn) };
-            if self.gcas(parent, pm, MainNode::new(new), guard) {
+            let (new, moves) = if entomb {
+                (Main::T, WordMoves::default())
+            } else {
+                (Main::C(ncn), moves)
+            };
+            if self.gcas(parent, pm, MainNode::new(new), moves, guard) {
                 return entomb;
             }
             if self.rdcss_read_root(false, guard).gen != parent.gen {
