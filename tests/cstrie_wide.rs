@@ -5,8 +5,10 @@
 //! words, so the end state is known; snapshots are walked while writes go on, reading old
 //! nodes whose slots have moved. A counting allocator checks that, once every trie is dropped
 //! and the garbage collected, nothing is left: a slot dropped by both its old and its new node
-//! would free twice (or crash), one dropped by neither would leak. This file holds one test so
-//! no other test allocates meanwhile.
+//! would free twice (or crash), one dropped by neither would leak. A narrow level races too:
+//! there a write often replaces the only slot of a map node, so its copy owns every slot at
+//! once and another writer may move from it before the first has handed its moves over. This
+//! file holds one test so no other test allocates meanwhile.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeSet;
@@ -129,6 +131,66 @@ fn workload(seed: u64) {
     assert_eq!(trie.len(), want.len());
 }
 
+/// A level of a few words: one writer changes the subscribers of `w0` (replacing the leaf of
+/// the only word its map node holds), the other adds and removes words beside it, while a
+/// reader looks up and snapshots. The end state is known, and `w0` never loses subscriber 100.
+fn narrow_workload(seed: u64, others: u32) {
+    const OPS: usize = 20_000;
+    let trie = Arc::new(CSTrie::new(D));
+    let w0 = D.parse_pattern("w0").unwrap();
+    trie.subscribe(&w0, 100);
+    let writers: Vec<_> = (0..2u32)
+        .map(|t| {
+            let trie = Arc::clone(&trie);
+            std::thread::spawn(move || {
+                let mut x = seed ^ (u64::from(t) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let mut mine = BTreeSet::new();
+                for _ in 0..OPS {
+                    let r = xorshift(&mut x);
+                    let (w, id) = match t {
+                        0 => (0, (r >> 20) as u32 % 4),
+                        _ => (1 + (r >> 8) as u32 % others, 7),
+                    };
+                    let p = D.parse_pattern(&format!("w{w}")).unwrap();
+                    if r % 2 == 0 {
+                        assert_eq!(trie.unsubscribe(&p, id), mine.remove(&(w, id)));
+                    } else {
+                        assert_eq!(trie.subscribe(&p, id), mine.insert((w, id)));
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let reader = {
+        let trie = Arc::clone(&trie);
+        std::thread::spawn(move || {
+            let mut snaps: Vec<CSTrie> = Vec::new();
+            for k in 0..OPS / 8 {
+                let got = trie.lookup_str("w0").unwrap();
+                assert!(got.contains(&100), "w0 lost subscriber 100: {got:?}");
+                if k % 50 == 0 {
+                    snaps.push(trie.snapshot());
+                    if snaps.len() > 2 {
+                        let old = snaps.remove(0);
+                        assert!(old.subscriptions().contains(&("w0".into(), 100)));
+                    }
+                }
+            }
+        })
+    };
+    let mut want = BTreeSet::from([("w0".to_string(), 100)]);
+    for w in writers {
+        for (w, id) in w.join().unwrap() {
+            want.insert((format!("w{w}"), id));
+        }
+    }
+    reader.join().unwrap();
+    trie.validate(Quiescence::AfterConcurrentWrites).unwrap();
+    let got: BTreeSet<(String, u32)> = trie.subscriptions().into_iter().collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn racing_writes_into_a_wide_level_free_every_slot_once() {
     // Warm up thread-locals and the epoch machinery so their one-off allocations are counted
@@ -138,6 +200,9 @@ fn racing_writes_into_a_wide_level_free_every_slot_once() {
     let before = LIVE.load(Ordering::Relaxed);
     for seed in 2..5 {
         workload(seed);
+    }
+    for seed in 0..8 {
+        narrow_workload(seed, 1 + seed as u32 % 3);
     }
     collect_garbage();
     let after = LIVE.load(Ordering::Relaxed);

@@ -72,13 +72,13 @@ impl Word {
 
 /// A count of the words alive on this OS thread, for the loom models: a loom model runs all
 /// its threads on one OS thread, and the test harness runs each model on its own, so a word
-/// freed too early shows as a count below the words the trie still holds.
+/// freed too early (or twice) shows as a count below the words a trie still holds.
 #[cfg(all(test, loom))]
 pub(crate) mod live_words {
     use std::cell::Cell;
 
     std::thread_local! {
-        static LIVE: Cell<usize> = const { Cell::new(0) };
+        static LIVE: Cell<isize> = const { Cell::new(0) };
     }
 
     pub(crate) struct Live(());
@@ -97,7 +97,7 @@ pub(crate) mod live_words {
     }
 
     /// The words alive on this thread now.
-    pub(crate) fn count() -> usize {
+    pub(crate) fn count() -> isize {
         LIVE.with(Cell::get)
     }
 }

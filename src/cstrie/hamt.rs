@@ -224,6 +224,14 @@ impl<K: HashKey, V> Moves<K, V> {
     }
 
     fn push(&mut self, old: &Arc<Node<K, V>>, taken: u32, new: &Arc<Node<K, V>>) {
+        // A copy that took nothing (the node held only the slot the update replaced) owns all
+        // its slots from the start: its `lent` is zero, so once its GCAS commits, another
+        // writer may move from it before this one commits. Recording it would have `commit`
+        // clear a `lent` that the other writer's commit has set since, and the node would
+        // drop the slots it handed on.
+        if taken == 0 {
+            return;
+        }
         self.list[self.len] = Move {
             old: Arc::as_ptr(old),
             taken,
@@ -1087,6 +1095,38 @@ mod tests {
             for (v, model) in &versions {
                 new_check(v, model);
             }
+        }
+        assert_eq!(LIVE.with(std::cell::Cell::get), 0);
+    }
+
+    /// A writer may move from a map whose own update has committed its GCAS but not yet its
+    /// moves, when that map's new nodes own all their slots (`lent` zero): here the first
+    /// update replaces the only key of a one-slot root. The late commit of the first update
+    /// must not take back what the second moved on.
+    #[test]
+    fn a_late_commit_leaves_what_a_later_update_moved_on() {
+        {
+            // Two keys apart in the low 5 hash bits, so the second lands beside the first.
+            let k1 = 1u32;
+            let k2 = (2u32..100)
+                .find(|k| k % 7 != 0 && (k.hash64() ^ k1.hash64()) & 31 != 0)
+                .expect("a key in another slot");
+            let m0: PMap<Tracked, u32> = PMap::default().insert(Tracked::new(k1), 1);
+            let mut first = Moves::default();
+            let m1 = m0.insert_moving(Tracked::new(k1), 2, &mut first);
+            let mut second = Moves::default();
+            let m2 = m1.insert_moving(Tracked::new(k2), 3, &mut second);
+            // SAFETY: `m2` replaced `m1`, and `m1` replaced `m0`, each in its only owner, and
+            // every map is alive: the order is the one a preempted first writer meets.
+            unsafe {
+                second.commit();
+                first.commit();
+            }
+            drop(m0);
+            drop(m1);
+            assert_eq!(LIVE.with(std::cell::Cell::get), 2, "m2 holds two keys");
+            assert_eq!(contents(&m2), HashMap::from([(k1, 2), (k2, 3)]));
+            new_check(&m2, &HashMap::from([(k1, 2), (k2, 3)]));
         }
         assert_eq!(LIVE.with(std::cell::Cell::get), 0);
     }

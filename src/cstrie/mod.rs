@@ -167,10 +167,11 @@ impl CSTrie {
     }
 
     /// Pins and flushes until the garbage retired so far is freed, for the loom models: each
-    /// flush tries to advance the epoch and frees what is two epochs old.
+    /// flush tries to advance the epoch and frees what is two epochs old, so the fourth frees
+    /// what was retired before the first. Call it with no other thread pinned.
     #[cfg(all(test, loom))]
     fn collect_garbage(&self) {
-        for _ in 0..8 {
+        for _ in 0..4 {
             self.pin().flush();
         }
     }
@@ -850,6 +851,11 @@ impl Drop for CSTrie {
 /// Helpers shared by the loom models in `gcas.rs` and `snapshot.rs`.
 #[cfg(all(test, loom))]
 mod loom_support {
+    use std::cell::Cell;
+    use std::collections::HashSet;
+
+    use super::cnode::{live_words, Key};
+    use super::validate::Quiescence;
     use super::CSTrie;
     use crate::{Dialect, Matcher, Pattern};
     use loom::sync::Arc;
@@ -864,12 +870,53 @@ mod loom_support {
         got
     }
 
-    /// The trie holds exactly `want`, and lookups of each pattern agree.
+    /// The trie holds exactly `want`, and its invariants hold (among them: every moving
+    /// write's hand-over committed, so no map node holds slots it does not own).
     pub(crate) fn check(t: &CSTrie, want: &[(&str, u32)]) {
         let mut want: Vec<(String, u32)> = want.iter().map(|(p, s)| (p.to_string(), *s)).collect();
         want.sort();
         assert_eq!(pairs(t), want);
         assert_eq!(t.len(), want.len());
+        if std::env::var_os("LOOM_NOVALIDATE").is_none() {
+            t.validate(Quiescence::AfterConcurrentWrites).unwrap();
+        }
+    }
+
+    /// [`check`], and once every retired node is freed, every word the trie holds is still
+    /// alive: a moving write whose hand-over went wrong frees, with the map it moved from,
+    /// words the new map holds. Costly under loom (the collection is many atomic steps), so
+    /// only the models of moving writes call it.
+    pub(crate) fn check_alive(t: &CSTrie, want: &[(&str, u32)]) {
+        check(t, want);
+        t.collect_garbage();
+        let held = held_words(t);
+        let live = live_words::count() - BASE.with(Cell::get);
+        assert!(live >= held, "{live} words alive, {held} held");
+    }
+
+    /// The distinct words `t` holds, at every level (a word object is told by its text's
+    /// address, which it owns).
+    fn held_words(t: &CSTrie) -> isize {
+        let guard = &t.pin();
+        let mut seen = HashSet::new();
+        let mut stack = vec![t.rdcss_read_root(false, guard)];
+        while let Some(inode) = stack.pop() {
+            let Some(cn) = CSTrie::cnode(t.gcas_read(inode, guard)) else {
+                continue;
+            };
+            cn.for_each_branch(&mut |key, branch| {
+                if let Key::Word(w) = key {
+                    seen.insert(w.as_ptr());
+                }
+                stack.extend(branch.next.as_deref());
+            });
+        }
+        seen.len() as isize
+    }
+
+    std::thread_local! {
+        /// The words alive when the running model started.
+        static BASE: Cell<isize> = const { Cell::new(0) };
     }
 
     /// Stack for model threads: loom runs threads on 32 KiB generator stacks by default,
@@ -888,10 +935,22 @@ mod loom_support {
 
     /// `loom::model`, with the body on a thread of its own with a usable stack.
     pub(crate) fn model(f: impl Fn() + Send + Sync + 'static) {
+        model_bounded(None, f);
+    }
+
+    /// [`model`] with at most `preemptions` forced switches, where a model of three
+    /// operations with a snapshot and `renew`s in between does not finish in minutes at the
+    /// bound `LOOM_MAX_PREEMPTIONS` sets for the rest.
+    pub(crate) fn model_bounded(preemptions: Option<usize>, f: impl Fn() + Send + Sync + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if preemptions.is_some() {
+            builder.preemption_bound = preemptions;
+        }
         // A std `Arc`: it is made outside the model, where loom's cannot be.
         let f = std::sync::Arc::new(f);
-        loom::model(move || {
+        builder.check(move || {
             let f = std::sync::Arc::clone(&f);
+            BASE.with(|b| b.set(live_words::count()));
             spawn(move || f()).join().unwrap();
         });
     }

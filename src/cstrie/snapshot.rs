@@ -184,7 +184,9 @@ impl CSTrie {
 /// `make test-loom`; see the loom models in `gcas.rs` for the bound.
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::super::loom_support::{check, model, pairs, pattern, spawn};
+    use super::super::loom_support::{
+        check, check_alive, model, model_bounded, pairs, pattern, spawn,
+    };
     use super::super::CSTrie;
     use crate::{Dialect, Matcher};
     use loom::sync::Arc;
@@ -232,6 +234,65 @@ mod loom_tests {
             assert!(got == vec![1] || got == vec![1, 2], "{got:?}");
             w.join().unwrap();
             check(&t, &[("a.#", 1), ("a.b", 2)]);
+        });
+    }
+
+    /// A snapshot racing a write that moves the word map of a level it shares: the write
+    /// commits before the snapshot (it moved from a map that only the live trie then held) or
+    /// fails and retries in the new generation (its moved copy freed without the slots it did
+    /// not own). Later writes on the live trie, which copy the shared maps by counting, must
+    /// leave every word of the snapshot alive and its contents as taken.
+    #[test]
+    fn snapshot_racing_a_moving_write_keeps_both_whole() {
+        model(|| {
+            let d = Dialect::Amqp;
+            let t = Arc::new(CSTrie::new(d));
+            for p in ["a.b", "a.c"] {
+                t.subscribe(&pattern(d, p), 1);
+            }
+            let w = {
+                let t = Arc::clone(&t);
+                spawn(move || assert!(t.subscribe(&pattern(d, "a.d"), 2)))
+            };
+            let snap = t.snapshot();
+            w.join().unwrap();
+            let mut want = vec![("a.b", 1), ("a.c", 1)];
+            if pairs(&snap).len() == 3 {
+                want.push(("a.d", 2));
+            }
+            check(&snap, &want);
+            assert!(t.unsubscribe(&pattern(d, "a.b"), 1));
+            assert!(t.subscribe(&pattern(d, "a.e"), 3));
+            check(&t, &[("a.c", 1), ("a.d", 2), ("a.e", 3)]);
+            check_alive(&snap, &want);
+        });
+    }
+
+    /// Preemptions for the model below: two `renew`s, their GCASes and the writes after
+    /// them make far more interleavings than the other models.
+    const BOUND: usize = 2;
+
+    /// Two writers race into a level of an older generation: each must first renew it (a
+    /// counted copy of its main node into the new generation), and one of them may then move
+    /// from the renewed map while the other's renew or write loses. The snapshot keeps its
+    /// level, and every word of both stays alive.
+    #[test]
+    fn writes_racing_a_renew_keep_the_snapshot_whole() {
+        model_bounded(Some(BOUND), || {
+            let d = Dialect::Amqp;
+            let t = Arc::new(CSTrie::new(d));
+            for p in ["a.b", "a.c"] {
+                t.subscribe(&pattern(d, p), 1);
+            }
+            let snap = t.snapshot();
+            let w = {
+                let t = Arc::clone(&t);
+                spawn(move || assert!(t.subscribe(&pattern(d, "a.d"), 2)))
+            };
+            assert!(t.unsubscribe(&pattern(d, "a.b"), 1));
+            w.join().unwrap();
+            check(&t, &[("a.c", 1), ("a.d", 2)]);
+            check_alive(&snap, &[("a.b", 1), ("a.c", 1)]);
         });
     }
 }
