@@ -25,6 +25,10 @@
 //!   node, the slots its copy took, and clears the new node's `lent`. The writer does this
 //!   before it unpins, and the old map's main node, retired at the commit, is freed only after
 //!   it unpins, so the old node's drop frees only the slot the update replaced.
+//! - A copy that took no slot (its source held only the slot the update replaced) owns all its
+//!   slots from the start, so it records no move: once its GCAS commits, another writer may
+//!   move from it before its own writer returns, and a late `commit` must not clear the `lent`
+//!   that the other writer's commit set.
 //!
 //! Why it holds: a main node is owned by one I-node slot, so a map root of count 1 is reached
 //! only from the main node being replaced, and only one GCAS from that main node ever commits;
