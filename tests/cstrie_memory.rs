@@ -2,38 +2,17 @@
 //! letting crossbeam-epoch collect its garbage returns the heap to where it started. A counting
 //! allocator measures it; this file holds one test so no other test allocates meanwhile.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use topicmatch::{CSTrie, Dialect, Matcher};
 
-struct Counting;
+mod counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: delegates to `System` and only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting::{collect_garbage, LIVE};
 
 #[global_allocator]
-static A: Counting = Counting;
-
-fn collect_garbage() {
-    for _ in 0..2048 {
-        crossbeam_epoch::pin().flush();
-    }
-}
+static A: counting::Counting = counting::Counting;
 
 fn workload(seed: u64) {
     let d = Dialect::Amqp;

@@ -10,45 +10,24 @@
 //! once and another writer may move from it before the first has handed its moves over. This
 //! file holds one test so no other test allocates meanwhile.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use topicmatch::cstrie::Quiescence;
 use topicmatch::{CSTrie, Dialect, Matcher};
 
-struct Counting;
+mod counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; the counter only observes sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract for `alloc` is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `System.alloc` with this layout (see `alloc`).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting::{collect_garbage, LIVE};
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 const D: Dialect = Dialect::Amqp;
 const WRITERS: u32 = 2;
 const WORDS: u32 = 3000;
 const OPS: usize = 30_000;
-
-fn collect_garbage() {
-    for _ in 0..2048 {
-        crossbeam_epoch::pin().flush();
-    }
-}
 
 fn xorshift(x: &mut u64) -> u64 {
     *x ^= *x << 13;

@@ -12,8 +12,7 @@
 //! 2 by default) look up all along and their lookups are counted apart. This file holds one test, so nothing else allocates
 //! while it measures.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use topicmatch::{
@@ -21,35 +20,12 @@ use topicmatch::{
     SelectorIndex, Trie,
 };
 
-struct Counting;
+mod counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: delegates to `System` and only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        PEAK.fetch_max(now + layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let grow = new_size as isize - layout.size() as isize;
-        let now = LIVE.fetch_add(grow, Ordering::Relaxed);
-        PEAK.fetch_max(now + grow, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use counting::{collect_garbage, LIVE, PEAK};
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 /// Live bytes a drained matcher may keep above its warmed-up baseline: epoch bags and thread
 /// registrations crossbeam keeps, allocator-visible capacity that a map grows by chance in a
@@ -58,12 +34,6 @@ const TOLERANCE: isize = 256 * 1024;
 
 /// Patterns a round subscribes before removing them all.
 const ROUND: usize = 200;
-
-fn collect_garbage() {
-    for _ in 0..2048 {
-        crossbeam_epoch::pin().flush();
-    }
-}
 
 /// xorshift64: the same sequence on every run.
 struct Rng(u64);
