@@ -179,7 +179,7 @@ fuzz:
 
 # The persistent map's tests under Miri (nightly), which checks the unsafe code of its nodes
 # (src/cstrie/hamt/node.rs: one allocation per node, a hand-counted reference) for undefined
-# behaviour and leaks. About six minutes here; not part of `make test`, whose toolchain is
+# behaviour and leaks. About ten minutes here; not part of `make test`, whose toolchain is
 # stable.
 miri:
 	rustup toolchain install nightly --profile minimal --component miri,rust-src

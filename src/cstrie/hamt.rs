@@ -31,6 +31,12 @@
 //!   slots from the start, so it records no move: once its GCAS commits, another writer may
 //!   move from it before its own writer returns, and a late `commit` must not clear the `lent`
 //!   that the other writer's commit set.
+//! - The leaf an update displaces moves too, by the same two steps, rather than being cloned
+//!   into its new place and dropped from the old (in a wide map its key is a cold line,
+//!   touched twice): an insert that meets another key's leaf moves it down into the new pair
+//!   node ([`pair_moving`]), and a removal that leaves a node with one leaf moves that leaf up
+//!   into the parent's copy ([`Lender`]). The node that receives it marks it lent, and the
+//!   commit hands it over from the node it came from.
 //!
 //! Why it holds: a main node is owned by one I-node slot, so a map root of count 1 is reached
 //! only from the main node being replaced, and only one GCAS from that main node ever commits;
@@ -85,7 +91,7 @@ pub(crate) trait HashKey {
     fn hash64(&self) -> u64;
 
     /// Asks the CPU to fetch whatever cloning the key will write (an `Arc`'s counter); a hint
-    /// only. See [`clone_slots`].
+    /// only. See [`prefetch_children`].
     fn prefetch(&self) {}
 }
 
@@ -177,7 +183,8 @@ enum Slot<K: HashKey, V> {
 /// over. Applied by [`commit`](Moves::commit) once the update has replaced the map it was made
 /// from; dropped unapplied, it leaves every slot with the node it came from.
 pub(crate) struct Moves<K: HashKey, V> {
-    list: [Move<K, V>; MAX_DEPTH],
+    /// One per node on the path, and one for a leaf moved down into a new pair.
+    list: [Move<K, V>; MAX_DEPTH + 1],
     len: usize,
 }
 
@@ -206,7 +213,7 @@ impl<K: HashKey, V> Default for Moves<K, V> {
             new: std::ptr::null(),
         };
         Moves {
-            list: [none; MAX_DEPTH],
+            list: [none; MAX_DEPTH + 1],
             len: 0,
         }
     }
@@ -227,11 +234,11 @@ impl<K: HashKey, V> Moves<K, V> {
         if taken == 0 {
             return;
         }
-        self.list[self.len] = Move {
-            old: old.as_ptr(),
-            taken,
-            new: new.as_ptr(),
-        };
+        self.push_raw(old.as_ptr(), taken, new.as_ptr());
+    }
+
+    fn push_raw(&mut self, old: *const Header<K, V>, taken: u32, new: *const Header<K, V>) {
+        self.list[self.len] = Move { old, taken, new };
         self.len += 1;
     }
 
@@ -251,7 +258,8 @@ impl<K: HashKey, V> Moves<K, V> {
             // SAFETY: both nodes are alive (the function's contract); `lent` is atomic, so
             // writing it while readers traverse either node is no data race.
             let (old, new) = unsafe { (&*m.old, &*m.new) };
-            old.lent.fetch_or(m.taken, Release);
+            let was = old.lent.fetch_or(m.taken, Release);
+            debug_assert_eq!(was & m.taken, 0, "a slot moved twice");
             new.lent.store(0, Release);
         }
     }
@@ -308,10 +316,17 @@ enum Removed<K: HashKey, V> {
     Absent,
     /// Nothing is left.
     Empty,
-    /// One pair is left: the parent inlines it (invariant 3).
-    Single(u64, K, V),
+    /// One pair is left: the parent inlines it (invariant 3). With a [`Lender`], the pair is
+    /// a bit copy of a leaf that the lender still owns until the commit.
+    Single(u64, K, V, Option<Lender<K, V>>),
     /// A smaller node.
     Node(NodeRef<K, V>),
+}
+
+/// The node and slot a leaf was moved out of by an uncommitted update.
+struct Lender<K: HashKey, V> {
+    node: *const Header<K, V>,
+    bit: u32,
 }
 
 impl<K: HashKey, V> PMap<K, V> {
@@ -417,7 +432,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         let hash = key.hash64();
         match &self.root {
             None => PMap {
-                root: Some(single(hash, key, value)),
+                root: Some(single(hash, key, value, false)),
                 len: 1,
             },
             Some(root) => {
@@ -468,7 +483,13 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         let root = match remove(root, unique, 0, key.hash64(), key, moves) {
             Removed::Absent => return None,
             Removed::Empty => None,
-            Removed::Single(hash, key, value) => Some(single(hash, key, value)),
+            Removed::Single(hash, key, value, lender) => {
+                let root = single(hash, key, value, lender.is_some());
+                if let Some(l) = lender {
+                    moves.push_raw(l.node, l.bit, root.as_ptr());
+                }
+                Some(root)
+            }
             Removed::Node(node) => Some(node),
         };
         Some(PMap {
@@ -557,9 +578,12 @@ fn for_each<'a, K: HashKey, V>(node: &'a NodeRef<K, V>, f: &mut impl FnMut(&'a K
     }
 }
 
-/// A root of one pair.
-fn single<K: HashKey, V>(hash: u64, key: K, value: V) -> NodeRef<K, V> {
-    NodeRef::from_slots(bit_of(hash, 0), 1, [Slot::Leaf { hash, key, value }])
+/// A root of one pair, which it owns unless `lent` (a leaf moved up by an uncommitted
+/// removal).
+fn single<K: HashKey, V>(hash: u64, key: K, value: V, lent: bool) -> NodeRef<K, V> {
+    let leaf = Slot::Leaf { hash, key, value };
+    // SAFETY: `fill` writes the one slot and cannot panic.
+    unsafe { NodeRef::build(bit_of(hash, 0), u32::from(lent), 1, |dst| dst.write(leaf)) }
 }
 
 /// Whether an update may move `node`'s slots rather than count them, given that the path
@@ -586,8 +610,23 @@ fn spliced<K: HashKey + Clone, V: Clone>(
     mid: Option<Slot<K, V>>,
     moving: bool,
 ) -> NodeRef<K, V> {
-    let own = mid.as_ref().map(|_| at);
-    let len = src.len() - skip + usize::from(own.is_some());
+    spliced_lent(bitmap, src, at, skip, mid, moving, false)
+}
+
+/// [`spliced`], where with `mid_lent` the node does not own `mid` either (a leaf moved up by
+/// the update, still owned by the node it came from until the commit).
+fn spliced_lent<K: HashKey + Clone, V: Clone>(
+    bitmap: u32,
+    src: &[Slot<K, V>],
+    at: usize,
+    skip: usize,
+    mid: Option<Slot<K, V>>,
+    moving: bool,
+    mid_lent: bool,
+) -> NodeRef<K, V> {
+    debug_assert!(moving || !mid_lent, "a lent leaf in a counted copy");
+    let own = mid.as_ref().map(|_| at).filter(|_| !mid_lent);
+    let len = src.len() - skip + usize::from(mid.is_some());
     let (before, after) = (&src[..at], &src[at + skip..]);
     if !moving {
         prefetch_children(before);
@@ -633,6 +672,46 @@ fn pair<K: HashKey, V>(shift: u32, a: (u64, K, V), b: (u64, K, V)) -> NodeRef<K,
         [leaf(b), leaf(a)]
     };
     NodeRef::from_slots(ba | bb, 2, slots)
+}
+
+/// [`pair`], where `moved` is a bit copy of a leaf that another node still owns: the node that
+/// holds it (returned with the pair's top node) marks it lent until [`Moves::commit`].
+fn pair_moving<K: HashKey, V>(
+    shift: u32,
+    moved: (u64, K, V),
+    fresh: (u64, K, V),
+) -> (NodeRef<K, V>, *const Header<K, V>) {
+    let leaf = |(hash, key, value)| Slot::Leaf { hash, key, value };
+    if shift >= MAX_SHIFT {
+        let node = lent_node(0, 0b01, [leaf(moved), leaf(fresh)]);
+        let holder = node.as_ptr();
+        return (node, holder);
+    }
+    let (bm, bf) = (bit_of(moved.0, shift), bit_of(fresh.0, shift));
+    if bm == bf {
+        let (below, holder) = pair_moving(shift + BITS, moved, fresh);
+        let node = NodeRef::from_slots(bm, 1, [Slot::Node(below)]);
+        return (node, holder);
+    }
+    let node = if bm < bf {
+        lent_node(bm | bf, 0b01, [leaf(moved), leaf(fresh)])
+    } else {
+        lent_node(bm | bf, 0b10, [leaf(fresh), leaf(moved)])
+    };
+    let holder = node.as_ptr();
+    (node, holder)
+}
+
+/// A node of two slots that owns only those `lent` leaves out.
+fn lent_node<K: HashKey, V>(bitmap: u32, lent: u32, slots: [Slot<K, V>; 2]) -> NodeRef<K, V> {
+    let [a, b] = slots;
+    // SAFETY: `fill` writes both slots and cannot panic.
+    unsafe {
+        NodeRef::build(bitmap, lent, 2, |dst| {
+            dst.write(a);
+            dst.add(1).write(b);
+        })
+    }
 }
 
 /// A copy of `this` with the pair added; `true` if the key is new. With `path_unique` (the
@@ -682,6 +761,20 @@ fn insert<K: HashKey + Eq + Clone, V: Clone>(
             hash: h,
             key: k,
             value: v,
+        } if moving => {
+            // The leaf moves down into the new pair too, rather than being cloned there and
+            // dropped from here: in a wide map its key is a cold line, touched twice.
+            // SAFETY: a bit copy, owned by `this` until the commit hands it over: the pair
+            // marks it lent until then, so dropping the pair (the update lost) leaves it.
+            let old = unsafe { (*h, std::ptr::read(k), std::ptr::read(v)) };
+            let (node, holder) = pair_moving(shift + BITS, old, (hash, key, value));
+            moves.push_raw(this.as_ptr(), 1 << at, holder);
+            (Slot::Node(node), true)
+        }
+        Slot::Leaf {
+            hash: h,
+            key: k,
+            value: v,
         } => {
             let old = (*h, k.clone(), v.clone());
             (
@@ -725,7 +818,7 @@ where
         };
         if slots.len() == 2 {
             if let Slot::Leaf { hash, key, value } = &slots[1 - at] {
-                return Removed::Single(*hash, key.clone(), value.clone());
+                return Removed::Single(*hash, key.clone(), value.clone(), None);
             }
         }
         return Removed::Node(spliced(0, slots, at, 1, None, false));
@@ -740,20 +833,22 @@ where
         prefetch_slots(slots);
     }
     let at = index_of(bitmap, bit);
-    let replacement = match &slots[at] {
+    let (replacement, lender) = match &slots[at] {
         Slot::Leaf {
             hash: h, key: k, ..
         } => {
             if *h != hash || k.borrow() != key {
                 return Removed::Absent;
             }
-            None
+            (None, None)
         }
         Slot::Node(n) => match remove(n, moving, shift + BITS, hash, key, moves) {
             Removed::Absent => return Removed::Absent,
-            Removed::Empty => None,
-            Removed::Single(hash, key, value) => Some(Slot::Leaf { hash, key, value }),
-            Removed::Node(node) => Some(Slot::Node(node)),
+            Removed::Empty => (None, None),
+            Removed::Single(hash, key, value, lender) => {
+                (Some(Slot::Leaf { hash, key, value }), lender)
+            }
+            Removed::Node(node) => (Some(Slot::Node(node)), None),
         },
     };
     let bitmap = if replacement.is_some() {
@@ -762,20 +857,38 @@ where
         bitmap & !bit
     };
     // What is left when at most one slot is: nothing, or a lone leaf for the parent to inline
-    // (invariant 3). Nothing is moved then; the lone leaf is a counted clone, or the
-    // replacement itself.
+    // (invariant 3): the replacement itself, or the other slot's leaf, moved up where this
+    // node may be moved (rather than cloned there and dropped from here: in a wide map its
+    // key is a cold line, touched twice), else a counted clone.
     match (slots.len(), replacement) {
         (1, None) => Removed::Empty,
-        (1, Some(Slot::Leaf { hash, key, value })) => Removed::Single(hash, key, value),
+        (1, Some(Slot::Leaf { hash, key, value })) => Removed::Single(hash, key, value, lender),
         (2, None) => {
-            if let Slot::Leaf { hash, key, value } = &slots[1 - at] {
-                return Removed::Single(*hash, key.clone(), value.clone());
+            match &slots[1 - at] {
+                Slot::Leaf { hash, key, value } if moving => {
+                    // SAFETY: a bit copy, owned by `this` until the commit hands it over;
+                    // whichever node takes it marks it lent until then (`Lender`).
+                    let (key, value) = unsafe { (std::ptr::read(key), std::ptr::read(value)) };
+                    let lender = Lender {
+                        node: this.as_ptr(),
+                        bit: 1 << (1 - at),
+                    };
+                    return Removed::Single(*hash, key, value, Some(lender));
+                }
+                Slot::Leaf { hash, key, value } => {
+                    return Removed::Single(*hash, key.clone(), value.clone(), None);
+                }
+                Slot::Node(_) => {}
             }
             let node = spliced(bitmap, slots, at, 1, None, moving);
             Removed::finish(this, node, slots.len(), at, moving, moves)
         }
         (_, replacement) => {
-            let node = spliced(bitmap, slots, at, 1, replacement, moving);
+            let mid_lent = lender.is_some();
+            let node = spliced_lent(bitmap, slots, at, 1, replacement, moving, mid_lent);
+            if let Some(l) = lender {
+                moves.push_raw(l.node, l.bit, node.as_ptr());
+            }
             Removed::finish(this, node, slots.len(), at, moving, moves)
         }
     }

@@ -29,8 +29,8 @@ pub(super) struct Header<K: HashKey, V> {
     /// One bit per slot of a branch node, zero in a collision node.
     bitmap: u32,
     /// The slots this node holds without owning them (bit i: slot i), which its drop must
-    /// leave alone: see "Moving instead of counting" in `hamt.rs`. Always zero in a collision
-    /// node, which is never moved.
+    /// leave alone: see "Moving instead of counting" in `hamt.rs`. A collision node is never
+    /// moved from, but a new one may hold a leaf moved into it, lent until the commit.
     pub(super) lent: AtomicU32,
     len: u32,
     _slots: PhantomData<Slot<K, V>>,
@@ -182,7 +182,8 @@ impl<K: HashKey, V> NodeRef<K, V> {
         // the fence of the caller orders it; acquire costs nothing more here.
         let lent = self.header().lent.load(Acquire);
         let mut owned = !lent & slot_mask(len.min(32), None);
-        // A collision node is never lent and may hold more than 32 slots.
+        // Nothing lent: every slot, however many (a collision node may hold more than 32).
+        // Lent slots are only ever among the first 32.
         let whole = (lent == 0).then_some(0..len);
         let bits = (lent != 0).then(move || {
             std::iter::from_fn(move || {
@@ -255,7 +256,7 @@ impl<K: HashKey, V> Clone for NodeRef<K, V> {
 
 impl<K: HashKey, V> Drop for NodeRef<K, V> {
     /// Drops the node with its last reference: the slots it owns (not those `lent` marks),
-    /// fetching the children first when it owns them all, for the reason `clone_slots` gives.
+    /// fetching the children first when it owns them all, for the reason `prefetch_children` gives.
     fn drop(&mut self) {
         // Release and acquire, as `Arc`: every use of the node through other references
         // happens before it is freed.
