@@ -316,4 +316,80 @@ mod loom_tests {
             |t| check_alive(t, &[("b", 1), ("c", 2)]),
         );
     }
+
+    /// Three words for the displaced-leaf models: the first two share the word map's first
+    /// 5 hash bits (so they share a root slot, and the second displaces the first's leaf into
+    /// a pair node), the third does not.
+    fn colliding() -> [String; 3] {
+        use crate::cstrie::hamt::HashKey;
+        let words: Vec<String> = (0..200).map(|i| format!("w{i}")).collect();
+        let low = |w: &String| w.as_str().hash64() & 31;
+        let (a, b) = words
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| {
+                words[i + 1..]
+                    .iter()
+                    .find(|b| low(b) == low(a))
+                    .map(|b| (a, b))
+            })
+            .expect("two of 200 words share 5 hash bits");
+        let c = words
+            .iter()
+            .find(|c| low(c) != low(a))
+            .expect("a third word");
+        [a.clone(), b.clone(), c.clone()]
+    }
+
+    /// An insert that moves the leaf it displaces down into a new pair node, racing another
+    /// moving write into the same map: the moved leaf is owned by one node whoever wins, and
+    /// freed once.
+    #[test]
+    fn a_leaf_moved_down_into_a_pair_racing_a_write() {
+        run2(
+            Dialect::Amqp,
+            |t| {
+                let [a, _, _] = colliding();
+                t.subscribe(&pattern(Dialect::Amqp, &a), 1);
+            },
+            |t| {
+                let [_, b, _] = colliding();
+                assert!(t.subscribe(&pattern(Dialect::Amqp, &b), 2));
+            },
+            |t| {
+                let [_, _, c] = colliding();
+                assert!(t.subscribe(&pattern(Dialect::Amqp, &c), 3));
+            },
+            |t| {
+                let [a, b, c] = colliding();
+                check_alive(t, &[(&a, 1), (&b, 2), (&c, 3)]);
+            },
+        );
+    }
+
+    /// A removal that collapses a pair node and moves the remaining leaf up into the parent's
+    /// copy, racing another moving write into the same map.
+    #[test]
+    fn a_leaf_moved_up_from_a_pair_racing_a_write() {
+        run2(
+            Dialect::Amqp,
+            |t| {
+                for (i, w) in colliding().iter().enumerate() {
+                    t.subscribe(&pattern(Dialect::Amqp, w), i as u32 + 1);
+                }
+            },
+            |t| {
+                let [_, b, _] = colliding();
+                assert!(t.unsubscribe(&pattern(Dialect::Amqp, &b), 2));
+            },
+            |t| {
+                let [_, _, c] = colliding();
+                assert!(t.unsubscribe(&pattern(Dialect::Amqp, &c), 3));
+            },
+            |t| {
+                let [a, _, _] = colliding();
+                check_alive(t, &[(&a, 1)]);
+            },
+        );
+    }
 }

@@ -254,13 +254,25 @@ impl<K: HashKey, V> Moves<K, V> {
     /// still alive: the caller is pinned since before it read the source, and the new map is
     /// freed only after a later replacement and an epoch.
     pub(crate) unsafe fn commit(self) {
-        for m in &self.list[..self.len] {
+        let list = &self.list[..self.len];
+        // Every old node gives its slots up first, and then each copy's `lent` is cleared
+        // once. A copy may appear in two hand-overs (one that received a leaf moved up, see
+        // `Lender`), and it is movable by another writer as soon as its `lent` is zero: a
+        // second clear could wipe the `lent` that writer's commit set meanwhile, and the copy
+        // would then drop slots it handed on (a double free, found by a loom model).
+        for m in list {
             // SAFETY: both nodes are alive (the function's contract); `lent` is atomic, so
-            // writing it while readers traverse either node is no data race.
-            let (old, new) = unsafe { (&*m.old, &*m.new) };
+            // writing it while readers traverse the node is no data race.
+            let old = unsafe { &*m.old };
             let was = old.lent.fetch_or(m.taken, Release);
             debug_assert_eq!(was & m.taken, 0, "a slot moved twice");
-            new.lent.store(0, Release);
+        }
+        for (i, m) in list.iter().enumerate() {
+            if list[..i].iter().any(|earlier| earlier.new == m.new) {
+                continue;
+            }
+            // SAFETY: as above.
+            unsafe { &*m.new }.lent.store(0, Release);
         }
     }
 }

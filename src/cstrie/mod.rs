@@ -75,6 +75,7 @@ use crate::sync::AtomicUsize;
 
 /// Writes by one thread between two flushes of its retired nodes (see
 /// [`CSTrie::pin_for_write`]).
+#[cfg(not(loom))]
 const FLUSH_EVERY: u32 = 16;
 
 /// Validated lookups tried before a lookup falls back to a snapshot.
