@@ -29,8 +29,9 @@ SDIST = dist/topicmatch-$(VERSION).tar.gz
 SPARK_HOME_OF_VENV = $$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
 # loom needs other RUSTFLAGS, which rebuild every dependency: keep it out of the main target.
 LOOM_TARGET := target/loom
-# Two preemptions bound loom's search to seconds per model; crossbeam's own CI uses the same
-# bound, and the CAS races modelled here need no more than two forced switches to show.
+# Four preemptions bound loom's search (crossbeam's own CI uses two; the CAS races modelled
+# here need no more than two forced switches to show). Models that would take many minutes
+# at four set a lower bound of their own (`model_bounded`).
 LOOM_MAX_PREEMPTIONS ?= 4
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1

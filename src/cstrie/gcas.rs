@@ -162,7 +162,7 @@ impl CSTrie {
 /// even a two-thread CAS model does not finish in minutes.
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::super::loom_support::{check, check_alive, pattern, run2};
+    use super::super::loom_support::{check, check_alive, pattern, run2, run2_bounded};
     use crate::{Dialect, Matcher};
 
     #[test]
@@ -317,9 +317,11 @@ mod loom_tests {
         );
     }
 
-    /// Three words for the displaced-leaf models: the first two share the word map's first
-    /// 5 hash bits (so they share a root slot, and the second displaces the first's leaf into
-    /// a pair node), the third does not.
+    /// Three words for the displaced-leaf models, which run at a bound of 3 preemptions: at 4
+    /// the two took some 11 minutes of the loom stage, at 3 about a minute.
+    ///
+    /// The words: the first two share the word map's first 5 hash bits (so they share a root
+    /// slot, and the second displaces the first's leaf into a pair node), the third does not.
     fn colliding() -> [String; 3] {
         use crate::cstrie::hamt::HashKey;
         let words: Vec<String> = (0..200).map(|i| format!("w{i}")).collect();
@@ -346,7 +348,8 @@ mod loom_tests {
     /// freed once.
     #[test]
     fn a_leaf_moved_down_into_a_pair_racing_a_write() {
-        run2(
+        run2_bounded(
+            Some(3),
             Dialect::Amqp,
             |t| {
                 let [a, _, _] = colliding();
@@ -371,7 +374,8 @@ mod loom_tests {
     /// copy, racing another moving write into the same map.
     #[test]
     fn a_leaf_moved_up_from_a_pair_racing_a_write() {
-        run2(
+        run2_bounded(
+            Some(3),
             Dialect::Amqp,
             |t| {
                 for (i, w) in colliding().iter().enumerate() {

@@ -1000,7 +1000,19 @@ mod loom_support {
         b: fn(&CSTrie),
         after: fn(&CSTrie),
     ) {
-        model(move || {
+        run2_bounded(None, d, setup, a, b, after);
+    }
+
+    /// [`run2`] under [`model_bounded`].
+    pub(crate) fn run2_bounded(
+        preemptions: Option<usize>,
+        d: Dialect,
+        setup: fn(&CSTrie),
+        a: fn(&CSTrie),
+        b: fn(&CSTrie),
+        after: fn(&CSTrie),
+    ) {
+        model_bounded(preemptions, move || {
             let t = Arc::new(CSTrie::new(d));
             setup(&t);
             let ta = {
