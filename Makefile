@@ -226,6 +226,8 @@ lint: build
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
+	RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=$(LOOM_TARGET) \
+		cargo clippy --release --lib --tests -- -D warnings
 	$(BIN)/ruff check python tests benches fuzz/python
 	$(BIN)/ruff format --check python tests benches fuzz/python
 	$(BIN)/python -m mypy.stubtest topicmatch._core

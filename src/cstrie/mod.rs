@@ -198,7 +198,7 @@ impl CSTrie {
         }
         HANDLE.with(|h| {
             let mut h = h.borrow_mut();
-            if h.as_ref().is_none_or(|h| h.collector() != &self.collector) {
+            if !matches!(&*h, Some(h) if h.collector() == &self.collector) {
                 *h = Some(self.collector.register());
             }
             h.as_ref().expect("just set").pin()
