@@ -6,9 +6,9 @@
 //! word, so a C-node maps each *word* to a [`Branch`]: the subscribers whose pattern ends with
 //! that word, and optionally the I-node of the next level. The one-word and many-words
 //! wildcards are two extra slots. The word map and the subscriber sets are persistent HAMTs
-//! (`hamt.rs`), so a C-node is copied in O(1) and updated in O(log n) however wide it is: the
-//! paper achieves the same by splitting wide nodes across hash levels, which a word trie cannot
-//! do without mixing levels.
+//! (`hamt.rs`; a set of one id keeps it inline, `hamt/set.rs`), so a C-node is copied in O(1)
+//! and updated in O(log n) however wide it is: the paper achieves the same by splitting wide
+//! nodes across hash levels, which a word trie cannot do without mixing levels.
 //!
 //! Copying a C-node for a write still counts every `Arc` it shares except the word map's
 //! path: [`CNode::with`] copies that path by moving the untouched slots where the map is

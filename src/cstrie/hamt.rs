@@ -73,6 +73,9 @@ use std::sync::{Arc, OnceLock};
 use self::node::{Header, NodeRef};
 
 mod node;
+mod set;
+
+pub(crate) use self::set::PSet;
 
 /// Bits of hash consumed per level.
 const BITS: u32 = 5;
@@ -168,9 +171,6 @@ pub(crate) struct PMap<K: HashKey, V> {
     root: Option<NodeRef<K, V>>,
     len: usize,
 }
-
-/// A persistent set of subscriber ids.
-pub(crate) type PSet = PMap<u32, ()>;
 
 /// A node's slot: a pair, or the node below. A collision node holds only leaves.
 enum Slot<K: HashKey, V> {
@@ -343,6 +343,7 @@ struct Lender<K: HashKey, V> {
 
 impl<K: HashKey, V> PMap<K, V> {
     /// The number of pairs.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -369,7 +370,11 @@ impl<K: HashKey, V> PMap<K, V> {
 }
 
 impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
+    // The plain (counted) updates and the lookups by key are the tests' way in: the trie's
+    // word maps use `get_key_value` and the moving updates, and subscriber sets are `PSet`s.
+
     /// The value of `key`.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
@@ -384,39 +389,11 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         K: Borrow<Q>,
         Q: HashKey + Eq + ?Sized,
     {
-        let hash = key.hash64();
-        let mut node = self.root.as_ref()?;
-        let mut shift = 0;
-        loop {
-            if node.is_collision() {
-                return node.slots().iter().find_map(|slot| match slot {
-                    Slot::Leaf { key: k, value, .. } if k.borrow() == key => Some((k, value)),
-                    _ => None,
-                });
-            }
-            let bitmap = node.bitmap();
-            let bit = bit_of(hash, shift);
-            if bitmap & bit == 0 {
-                return None;
-            }
-            match &node.slots()[index_of(bitmap, bit)] {
-                Slot::Leaf {
-                    hash: h,
-                    key: k,
-                    value,
-                } => return (*h == hash && k.borrow() == key).then_some((k, value)),
-                Slot::Node(next) => {
-                    node = next;
-                    shift += BITS;
-                    // Past the hash bits (a collision node next) any guess will do.
-                    let bits = hash.checked_shr(shift).unwrap_or(0) & MASK;
-                    node.prefetch_slot(bits as usize);
-                }
-            }
-        }
+        find(self.root.as_ref()?, key)
     }
 
     /// Whether `key` is in the map.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn contains<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -427,6 +404,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
 
     /// The map with `key` bound to `value`; an equal key already there is replaced too, since
     /// a key may carry data (the C-node's word keys carry their branch).
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn insert(&self, key: K, value: V) -> Self {
         self.insert_with(key, value, None)
     }
@@ -463,6 +441,7 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
     }
 
     /// The map without `key`, or `None` if `key` was not there.
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn remove<Q>(&self, key: &Q) -> Option<Self>
     where
         K: Borrow<Q>,
@@ -515,68 +494,111 @@ impl<K: HashKey, V> PMap<K, V> {
     /// Checks invariants 1 to 5, and that every leaf sits where its hash puts it. Call it
     /// while no write that may have moved from this map is in flight.
     pub(crate) fn check(&self) -> Result<(), String> {
-        let Some(root) = &self.root else {
-            return match self.len {
-                0 => Ok(()),
-                n => Err(format!("no nodes but len {n}")),
-            };
+        check(self.root.as_ref(), self.len)
+    }
+}
+
+/// [`PMap::check`] of the map of `len` pairs below `root`.
+fn check<K: HashKey, V>(root: Option<&NodeRef<K, V>>, len: usize) -> Result<(), String> {
+    let Some(root) = root else {
+        return match len {
+            0 => Ok(()),
+            n => Err(format!("no nodes but len {n}")),
         };
-        // (node, shift, the hash bits the path to it fixed)
-        let mut stack: Vec<(&NodeRef<K, V>, u32, u64)> = vec![(root, 0, 0)];
-        let mut count = 0;
-        while let Some((node, shift, prefix)) = stack.pop() {
-            let below_root = shift > 0;
-            let slots = node.slots();
-            if node.lent().load(Acquire) != 0 {
-                return Err("a node holding slots it does not own".into());
+    };
+    // (node, shift, the hash bits the path to it fixed)
+    let mut stack: Vec<(&NodeRef<K, V>, u32, u64)> = vec![(root, 0, 0)];
+    let mut count = 0;
+    while let Some((node, shift, prefix)) = stack.pop() {
+        let below_root = shift > 0;
+        let slots = node.slots();
+        if node.lent().load(Acquire) != 0 {
+            return Err("a node holding slots it does not own".into());
+        }
+        if node.is_collision() {
+            if shift < MAX_SHIFT || slots.len() < 2 {
+                return Err("a collision node that is not one".into());
             }
-            if node.is_collision() {
-                if shift < MAX_SHIFT || slots.len() < 2 {
-                    return Err("a collision node that is not one".into());
-                }
-                let mut hashes = slots.iter().map(|slot| match slot {
-                    Slot::Leaf { hash, key, .. } => (*hash == key.hash64()).then_some(*hash),
-                    Slot::Node(_) => None,
-                });
-                let first = hashes.next().flatten();
-                if first.is_none() || hashes.any(|h| h != first) {
-                    return Err("a collision node of different or stale hashes".into());
-                }
-                count += slots.len();
-                continue;
+            let mut hashes = slots.iter().map(|slot| match slot {
+                Slot::Leaf { hash, key, .. } => (*hash == key.hash64()).then_some(*hash),
+                Slot::Node(_) => None,
+            });
+            let first = hashes.next().flatten();
+            if first.is_none() || hashes.any(|h| h != first) {
+                return Err("a collision node of different or stale hashes".into());
             }
-            let bitmap = node.bitmap();
-            if bitmap.count_ones() as usize != slots.len() {
-                return Err("bitmap and slots disagree".into());
-            }
-            if below_root && matches!(slots, [Slot::Leaf { .. }]) {
-                return Err("a single leaf below the root".into());
-            }
-            let bits = (0..32).filter(|b| bitmap & (1 << b) != 0);
-            for (slot, b) in slots.iter().zip(bits) {
-                let prefix = prefix | (b as u64) << shift;
-                match slot {
-                    Slot::Leaf { hash, key, .. } => {
-                        count += 1;
-                        if *hash != key.hash64() {
-                            return Err("a leaf with a stale hash".into());
-                        }
-                        let fixed = match shift + BITS {
-                            64.. => u64::MAX,
-                            bits => (1u64 << bits) - 1,
-                        };
-                        if hash & fixed != prefix {
-                            return Err("a leaf off its hash path".into());
-                        }
+            count += slots.len();
+            continue;
+        }
+        let bitmap = node.bitmap();
+        if bitmap.count_ones() as usize != slots.len() {
+            return Err("bitmap and slots disagree".into());
+        }
+        if below_root && matches!(slots, [Slot::Leaf { .. }]) {
+            return Err("a single leaf below the root".into());
+        }
+        let bits = (0..32).filter(|b| bitmap & (1 << b) != 0);
+        for (slot, b) in slots.iter().zip(bits) {
+            let prefix = prefix | (b as u64) << shift;
+            match slot {
+                Slot::Leaf { hash, key, .. } => {
+                    count += 1;
+                    if *hash != key.hash64() {
+                        return Err("a leaf with a stale hash".into());
                     }
-                    Slot::Node(n) => stack.push((n, shift + BITS, prefix)),
+                    let fixed = match shift + BITS {
+                        64.. => u64::MAX,
+                        bits => (1u64 << bits) - 1,
+                    };
+                    if hash & fixed != prefix {
+                        return Err("a leaf off its hash path".into());
+                    }
                 }
+                Slot::Node(n) => stack.push((n, shift + BITS, prefix)),
             }
         }
-        if count != self.len {
-            return Err(format!("{count} pairs but len {}", self.len));
+    }
+    if count != len {
+        return Err(format!("{count} pairs but len {len}"));
+    }
+    Ok(())
+}
+
+/// The stored key and value of `key` in the map below `root`.
+fn find<'a, K, V, Q>(root: &'a NodeRef<K, V>, key: &Q) -> Option<(&'a K, &'a V)>
+where
+    K: HashKey + Borrow<Q>,
+    Q: HashKey + Eq + ?Sized,
+{
+    let hash = key.hash64();
+    let mut node = root;
+    let mut shift = 0;
+    loop {
+        if node.is_collision() {
+            return node.slots().iter().find_map(|slot| match slot {
+                Slot::Leaf { key: k, value, .. } if k.borrow() == key => Some((k, value)),
+                _ => None,
+            });
         }
-        Ok(())
+        let bitmap = node.bitmap();
+        let bit = bit_of(hash, shift);
+        if bitmap & bit == 0 {
+            return None;
+        }
+        match &node.slots()[index_of(bitmap, bit)] {
+            Slot::Leaf {
+                hash: h,
+                key: k,
+                value,
+            } => return (*h == hash && k.borrow() == key).then_some((k, value)),
+            Slot::Node(next) => {
+                node = next;
+                shift += BITS;
+                // Past the hash bits (a collision node next) any guess will do.
+                let bits = hash.checked_shr(shift).unwrap_or(0) & MASK;
+                node.prefetch_slot(bits as usize);
+            }
+        }
     }
 }
 

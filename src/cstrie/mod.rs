@@ -255,7 +255,7 @@ impl CSTrie {
     fn chain(rest: &[Token], id: SubscriberId, gen: Gen) -> Arc<INode> {
         let (last, above) = rest.split_last().expect("a non-empty rest");
         let leaf = Branch {
-            subs: PSet::default().insert(id, ()),
+            subs: PSet::default().insert(id),
             next: None,
         };
         let mut cn = CNode::default().with(Key::of(last), leaf).0;
@@ -291,11 +291,11 @@ impl CSTrie {
                 };
                 if tokens.is_empty() {
                     // 1) the empty pattern, at the root
-                    if cn.here.contains(&id) {
+                    if cn.here.contains(id) {
                         return false;
                     }
                     let mut new = cn.clone();
-                    new.here = cn.here.insert(id, ());
+                    new.here = cn.here.insert(id);
                     if self.gcas(
                         i,
                         m,
@@ -312,11 +312,11 @@ impl CSTrie {
                 if depth + 1 == tokens.len() {
                     // 2) the last word: add `id` to its branch
                     let b = branch.cloned().unwrap_or_default();
-                    if b.subs.contains(&id) {
+                    if b.subs.contains(id) {
                         return false;
                     }
                     let nb = Branch {
-                        subs: b.subs.insert(id, ()),
+                        subs: b.subs.insert(id),
                         next: b.next,
                     };
                     let (ncn, moves) = cn.with(key, nb);
@@ -377,7 +377,7 @@ impl CSTrie {
                 };
                 if tokens.is_empty() {
                     // 1) the empty pattern, at the root
-                    let Some(here) = cn.here.remove(&id) else {
+                    let Some(here) = cn.here.remove(id) else {
                         return false;
                     };
                     let mut new = cn.clone();
@@ -412,7 +412,7 @@ impl CSTrie {
                     continue;
                 }
                 // 3) the last word: take `id` out of its branch
-                let Some(subs) = branch.subs.remove(&id) else {
+                let Some(subs) = branch.subs.remove(id) else {
                     return false;
                 };
                 // A tombed level below goes too (compression), keeping the branch's subscribers.
@@ -696,7 +696,7 @@ impl CSTrie {
             }
         }
         for p in &live {
-            p.subs.for_each(&mut |&id, _| out.push(id));
+            p.subs.for_each(&mut |id| out.push(id));
         }
     }
 
@@ -837,7 +837,7 @@ impl Matcher for CSTrie {
         }
         let mut patterns = Vec::new();
         self.snapshot().for_each_pattern(&mut |text, subs| {
-            if subs.contains(&id) {
+            if subs.contains(id) {
                 patterns.push(text.to_owned());
             }
         });
@@ -867,7 +867,7 @@ impl Matcher for CSTrie {
     fn subscriptions(&self) -> Vec<(String, SubscriberId)> {
         let mut pairs = Vec::new();
         self.for_each_frozen_pattern(&mut |text, subs| {
-            subs.for_each(&mut |&id, _| pairs.push((text.to_owned(), id)));
+            subs.for_each(&mut |id| pairs.push((text.to_owned(), id)));
         });
         pairs
     }
