@@ -2,14 +2,13 @@
 //! letting crossbeam-epoch collect its garbage returns the heap to where it started. A counting
 //! allocator measures it; this file holds one test so no other test allocates meanwhile.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use topicmatch::{CSTrie, Dialect, Matcher};
 
 mod counting;
 
-use counting::{collect_garbage, LIVE};
+use counting::{collect_garbage, live};
 
 #[global_allocator]
 static A: counting::Counting = counting::Counting;
@@ -73,12 +72,12 @@ fn dropping_every_trie_frees_every_node() {
     // in the baseline.
     workload(1);
     collect_garbage();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     for seed in 2..5 {
         workload(seed);
     }
     collect_garbage();
-    let after = LIVE.load(Ordering::Relaxed);
+    let after = live();
     eprintln!("live bytes: {before} before, {after} after");
     // A leak of one node per retired main node would be megabytes; allow for epoch bags and
     // thread registrations that crossbeam keeps around.

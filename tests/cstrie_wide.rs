@@ -11,7 +11,6 @@
 //! file holds one test so no other test allocates meanwhile.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use topicmatch::cstrie::Quiescence;
@@ -19,7 +18,7 @@ use topicmatch::{CSTrie, Dialect, Matcher};
 
 mod counting;
 
-use counting::{collect_garbage, LIVE};
+use counting::{collect_garbage, live};
 
 #[global_allocator]
 static A: counting::Counting = counting::Counting;
@@ -176,7 +175,7 @@ fn racing_writes_into_a_wide_level_free_every_slot_once() {
     // in the baseline.
     workload(1);
     collect_garbage();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     for seed in 2..5 {
         workload(seed);
     }
@@ -184,7 +183,7 @@ fn racing_writes_into_a_wide_level_free_every_slot_once() {
         narrow_workload(seed, 1 + seed as u32 % 3);
     }
     collect_garbage();
-    let after = LIVE.load(Ordering::Relaxed);
+    let after = live();
     eprintln!("live bytes: {before} before, {after} after");
     // Each run allocates megabytes of words and nodes; allow for epoch bags and thread
     // registrations that crossbeam keeps around.

@@ -73,6 +73,9 @@ use std::sync::{Arc, OnceLock};
 use self::node::{Header, NodeRef};
 
 mod node;
+// Under loom the nodes come from the global heap (see `node.rs`): only `stats` is used.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) mod pool;
 mod set;
 
 pub(crate) use self::set::PSet;

@@ -65,6 +65,9 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
 
 use self::cnode::{Branch, CNode, Key, WordMoves};
+/// The memory of the word maps' and subscriber sets' nodes, which come from a pool of their
+/// own (`hamt/pool.rs`). Under loom they come from the global heap, and the pool stays empty.
+pub use self::hamt::pool::{stats as node_memory, NodeMemory};
 use self::hamt::PSet;
 use self::inode::{Gen, INode, Main, MainNode};
 use self::snapshot::RootNode;

@@ -11,12 +11,18 @@
 //! A branch node has a non-zero bitmap with one slot per set bit. A collision node (the 64
 //! hash bits exhausted) has a zero bitmap and two or more leaves, which may be more than 32.
 
-use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+#[cfg(loom)]
+use std::alloc::{alloc, dealloc};
+use std::alloc::{handle_alloc_error, Layout};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{fence, AtomicUsize};
 
+// The loom models check the trie's protocols, not the pool's, and run on loom's threads,
+// which the pool's thread-local lists would not know: they take nodes from the global heap.
+#[cfg(not(loom))]
+use super::pool::{alloc, dealloc};
 use super::{prefetch, slot_mask, HashKey, Slot};
 use crate::sync::AtomicU32;
 
