@@ -324,6 +324,12 @@ mod tests {
         assert_eq!(class(Layout::from_size_align(64, 128).unwrap()), None);
     }
 
+    /// A block a thread leaves to another.
+    struct Held(*mut u8, Layout);
+
+    // SAFETY: a block is plain memory, and only its holder uses it.
+    unsafe impl Send for Held {}
+
     /// Blocks alive at once never overlap, freed blocks come back, and a thread's surplus
     /// goes through the depot to another thread: every thread writes its own byte over each
     /// block it holds and checks it is still there before freeing it.
@@ -359,7 +365,7 @@ mod tests {
                         }
                     }
                     held.into_iter()
-                        .map(|(p, l)| (p as usize, l))
+                        .map(|(p, l)| Held(p, l))
                         .collect::<Vec<_>>()
                 })
             })
@@ -368,9 +374,9 @@ mod tests {
             .into_iter()
             .flat_map(|t| t.join().unwrap())
             .collect();
-        for (p, l) in left {
+        for Held(p, l) in left {
             // SAFETY: from `alloc` with this layout, on another thread, which is fine.
-            unsafe { dealloc(p as *mut u8, l) };
+            unsafe { dealloc(p, l) };
         }
     }
 }
