@@ -25,7 +25,7 @@
 use std::alloc::{alloc as sys_alloc, dealloc as sys_dealloc, handle_alloc_error, Layout};
 use std::cell::Cell;
 use std::ptr::{null_mut, NonNull};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicIsize, AtomicPtr, AtomicUsize};
 
 use crossbeam_queue::SegQueue;
@@ -47,19 +47,26 @@ struct Free {
     next: *mut Free,
 }
 
-/// A chunk of blocks. Chunks are never freed: a block may be anywhere in any of them.
+/// A chunk of blocks.
 struct Chunk {
     base: *mut u8,
-    /// Bytes handed out; past `CHUNK` the chunk is full (several threads may overshoot).
+    /// Bytes handed out; past the chunk's size it is full (several threads may overshoot).
     cursor: AtomicUsize,
-    /// The chunk made before this one, so that every chunk stays reachable.
-    _older: *const Chunk,
+    /// The chunk made before this one: every chunk stays reachable from the newest.
+    older: *mut Chunk,
 }
 
-/// The chunk blocks are carved from.
-static CURRENT: AtomicPtr<Chunk> = AtomicPtr::new(null_mut());
-/// Bytes in chunks.
-static RESERVED: AtomicUsize = AtomicUsize::new(0);
+/// The chunks blocks are carved from: the process's one list ([`CHUNKS`]), or a test's.
+struct Chunks {
+    /// The newest chunk, the one blocks are carved from; null before the first.
+    current: AtomicPtr<Chunk>,
+    /// Bytes in chunks.
+    reserved: AtomicUsize,
+    layout: Layout,
+}
+
+/// The process's chunks. They are never freed: a block may be in use anywhere in any of them.
+static CHUNKS: Chunks = Chunks::new(CHUNK, CHUNK_ALIGN);
 /// Bytes in blocks in use, as merged by threads that have exited (see [`Local`]).
 static IN_USE: AtomicIsize = AtomicIsize::new(0);
 
@@ -167,64 +174,94 @@ fn block_bytes(c: usize) -> usize {
     (c + 1) * LINE
 }
 
-/// Fresh memory of `bytes` (a multiple of `LINE`, at most a chunk) from the current chunk, or
-/// from a new one if it is full.
-fn carve(bytes: usize) -> NonNull<u8> {
-    loop {
-        let current = CURRENT.load(Acquire);
-        // SAFETY: a published chunk is never freed.
-        if let Some(chunk) = unsafe { current.as_ref() } {
-            // Relaxed: the atomicity of the add alone makes the ranges disjoint, and the
-            // chunk itself was published by the acquire above.
-            let at = chunk.cursor.fetch_add(bytes, Relaxed);
-            if at + bytes <= CHUNK {
-                // SAFETY: `at + bytes` is within the chunk.
-                return unsafe { NonNull::new_unchecked(chunk.base.add(at)) };
-            }
-        }
-        let layout = Layout::from_size_align(CHUNK, CHUNK_ALIGN).expect("a valid chunk layout");
-        // SAFETY: the layout is not zero-sized.
-        let Some(base) = NonNull::new(unsafe { sys_alloc(layout) }) else {
-            handle_alloc_error(layout)
+impl Chunks {
+    const fn new(size: usize, align: usize) -> Chunks {
+        let Ok(layout) = Layout::from_size_align(size, align) else {
+            panic!("an invalid chunk layout")
         };
-        advise_huge_pages(base);
-        let fresh = Box::into_raw(Box::new(Chunk {
-            base: base.as_ptr(),
-            // The first block is the caller's.
-            cursor: AtomicUsize::new(bytes),
-            _older: current,
-        }));
-        // AcqRel: publishes the chunk to threads that load it; acquires nothing we read, but
-        // a failed exchange must not be reordered before our reads of `current`.
-        match CURRENT.compare_exchange(current, fresh, AcqRel, Acquire) {
-            Ok(_) => {
-                RESERVED.fetch_add(CHUNK, Relaxed);
-                return base;
+        Chunks {
+            current: AtomicPtr::new(null_mut()),
+            reserved: AtomicUsize::new(0),
+            layout,
+        }
+    }
+
+    /// Fresh memory of `bytes` (a multiple of `LINE`, at most a chunk) from the newest chunk,
+    /// or from a new one if it is full.
+    fn carve(&self, bytes: usize) -> NonNull<u8> {
+        let size = self.layout.size();
+        loop {
+            let current = self.current.load(Acquire);
+            // SAFETY: a published chunk lives as long as `self`.
+            if let Some(chunk) = unsafe { current.as_ref() } {
+                // Relaxed: the atomicity of the add alone makes the ranges disjoint, and the
+                // chunk itself was published to us by the acquire above.
+                let at = chunk.cursor.fetch_add(bytes, Relaxed);
+                if at + bytes <= size {
+                    // SAFETY: `at + bytes` is within the chunk.
+                    return unsafe { NonNull::new_unchecked(chunk.base.add(at)) };
+                }
             }
-            Err(_) => {
-                // Another thread replaced the chunk first: ours was never seen by anyone.
-                // SAFETY: `fresh` and `base` were made above, with these layouts, and are
-                // unshared.
-                unsafe {
-                    drop(Box::from_raw(fresh));
-                    sys_dealloc(base.as_ptr(), layout);
+            // SAFETY: the layout is not zero-sized.
+            let Some(base) = NonNull::new(unsafe { sys_alloc(self.layout) }) else {
+                handle_alloc_error(self.layout)
+            };
+            advise_huge_pages(base, size);
+            let fresh = Box::into_raw(Box::new(Chunk {
+                base: base.as_ptr(),
+                // The first block is the caller's.
+                cursor: AtomicUsize::new(bytes),
+                older: current,
+            }));
+            // Release: publishes the chunk and its fields. Relaxed on failure: the next round
+            // loads the winner's chunk with an acquire of its own.
+            match self
+                .current
+                .compare_exchange(current, fresh, Release, Relaxed)
+            {
+                Ok(_) => {
+                    self.reserved.fetch_add(size, Relaxed);
+                    return base;
+                }
+                Err(_) => {
+                    // Another thread replaced the chunk first: ours was never seen by anyone.
+                    // SAFETY: `fresh` and `base` were made above, with these layouts, and are
+                    // unshared.
+                    unsafe {
+                        drop(Box::from_raw(fresh));
+                        sys_dealloc(base.as_ptr(), self.layout);
+                    }
                 }
             }
         }
     }
 }
 
+/// Only a test's chunks are dropped ([`CHUNKS`] is a static), once its blocks are dead.
+impl Drop for Chunks {
+    fn drop(&mut self) {
+        let mut chunk = *self.current.get_mut();
+        while !chunk.is_null() {
+            // SAFETY: every chunk on the list was made by `carve` and is freed once, here.
+            let Chunk { base, older, .. } = *unsafe { Box::from_raw(chunk) };
+            // SAFETY: `base` was allocated with this layout.
+            unsafe { sys_dealloc(base, self.layout) };
+            chunk = older;
+        }
+    }
+}
+
 /// Asks the kernel to back the chunk with huge pages. Only a hint: where it is refused (THP
 /// disabled, or not Linux) the chunk works the same on small pages.
-fn advise_huge_pages(base: NonNull<u8>) {
+fn advise_huge_pages(base: NonNull<u8>, size: usize) {
     #[cfg(all(target_os = "linux", not(miri)))]
     // SAFETY: `madvise` reads no memory; the range is the chunk just allocated, which we own.
     // Its result is ignored: a refusal changes nothing but the page size.
     unsafe {
-        libc::madvise(base.as_ptr().cast(), CHUNK, libc::MADV_HUGEPAGE);
+        libc::madvise(base.as_ptr().cast(), size, libc::MADV_HUGEPAGE);
     }
     #[cfg(not(all(target_os = "linux", not(miri))))]
-    let _ = base;
+    let _ = (base, size);
 }
 
 /// Memory for `layout`, as [`std::alloc::alloc`] gives it: never null (an exhausted system
@@ -248,10 +285,10 @@ pub(super) unsafe fn alloc(layout: Layout) -> *mut u8 {
     });
     match block {
         Ok(Some(block)) => block.as_ptr().cast(),
-        Ok(None) => carve(bytes).as_ptr(),
+        Ok(None) => CHUNKS.carve(bytes).as_ptr(),
         Err(_) => {
             IN_USE.fetch_add(bytes as isize, Relaxed);
-            carve(bytes).as_ptr()
+            CHUNKS.carve(bytes).as_ptr()
         }
     }
 }
@@ -300,7 +337,7 @@ pub struct NodeMemory {
 pub fn stats() -> NodeMemory {
     let here = LOCAL.try_with(|l| l.in_use.get()).unwrap_or(0);
     NodeMemory {
-        reserved: RESERVED.load(Relaxed),
+        reserved: CHUNKS.reserved.load(Relaxed),
         in_use: IN_USE.load(Relaxed) + here,
     }
 }
@@ -322,6 +359,68 @@ mod tests {
         assert_eq!(class(layout(576)), Some(8));
         assert_eq!(class(layout(577)), None);
         assert_eq!(class(Layout::from_size_align(64, 128).unwrap()), None);
+    }
+
+    /// Threads racing to carve from chunks barely larger than a block, so that most carves
+    /// race the replacement of a full chunk: every block is whole, on a line, inside a chunk,
+    /// and no two overlap (each thread fills its blocks with its own byte, checked after all
+    /// threads are done).
+    #[test]
+    fn racing_carves_never_overlap() {
+        let chunks = Chunks::new(2 * CLASSES * LINE, LINE);
+        let per_thread = if cfg!(miri) { 30 } else { 3000 };
+        let blocks: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4u8)
+                .map(|t| {
+                    let chunks = &chunks;
+                    s.spawn(move || {
+                        (0..per_thread)
+                            .map(|i| {
+                                let bytes = block_bytes((i * 7 + usize::from(t)) % CLASSES);
+                                let p = chunks.carve(bytes).as_ptr();
+                                // SAFETY: `bytes` bytes at `p` are this thread's.
+                                unsafe { p.write_bytes(t, bytes) };
+                                (p.addr(), bytes)
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut all: Vec<(usize, usize, u8)> = Vec::new();
+        for (t, mine) in blocks.iter().enumerate() {
+            all.extend(mine.iter().map(|&(p, n)| (p, n, t as u8)));
+        }
+        all.sort_unstable();
+        for w in all.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "two blocks overlap");
+        }
+        // Every block still holds its thread's byte: none was written by another.
+        let mut chunk = chunks.current.load(Acquire);
+        let mut bases = Vec::new();
+        // SAFETY: the chunks live as long as `chunks`.
+        while let Some(c) = unsafe { chunk.as_ref() } {
+            bases.push(c.base);
+            chunk = c.older;
+        }
+        for &(p, n, t) in &all {
+            assert_eq!(p % LINE, 0);
+            let base = bases
+                .iter()
+                .find(|b| (b.addr()..b.addr() + 2 * CLASSES * LINE).contains(&p))
+                .expect("a block outside every chunk");
+            // SAFETY: the block lies inside a live chunk (checked above) and was written whole.
+            let bytes = unsafe { std::slice::from_raw_parts(base.add(p - base.addr()), n) };
+            assert!(
+                bytes.iter().all(|&b| b == t),
+                "a block was handed out twice"
+            );
+        }
+        assert_eq!(
+            chunks.reserved.load(Relaxed),
+            bases.len() * 2 * CLASSES * LINE
+        );
     }
 
     /// A block a thread leaves to another.
