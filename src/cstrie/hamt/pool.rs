@@ -368,6 +368,7 @@ mod tests {
     #[test]
     fn racing_carves_never_overlap() {
         let chunks = Chunks::new(2 * CLASSES * LINE, LINE);
+        let size = chunks.layout.size();
         let per_thread = if cfg!(miri) { 30 } else { 3000 };
         let blocks: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
             let workers: Vec<_> = (0..4u8)
@@ -408,7 +409,7 @@ mod tests {
             assert_eq!(p % LINE, 0);
             let base = bases
                 .iter()
-                .find(|b| (b.addr()..b.addr() + 2 * CLASSES * LINE).contains(&p))
+                .find(|b| (b.addr()..b.addr() + size).contains(&p))
                 .expect("a block outside every chunk");
             // SAFETY: the block lies inside a live chunk (checked above) and was written whole.
             let bytes = unsafe { std::slice::from_raw_parts(base.add(p - base.addr()), n) };
@@ -417,13 +418,10 @@ mod tests {
                 "a block was handed out twice"
             );
         }
-        assert_eq!(
-            chunks.reserved.load(Relaxed),
-            bases.len() * 2 * CLASSES * LINE
-        );
+        assert_eq!(chunks.reserved.load(Relaxed), bases.len() * size);
     }
 
-    /// A block a thread leaves to another.
+    /// A block a test thread holds, and may leave to another.
     struct Held(*mut u8, Layout);
 
     // SAFETY: a block is plain memory, and only its holder uses it.
@@ -438,7 +436,7 @@ mod tests {
         let threads: Vec<_> = (0..3u8)
             .map(|t| {
                 std::thread::spawn(move || {
-                    let mut held: Vec<(*mut u8, Layout)> = Vec::new();
+                    let mut held: Vec<Held> = Vec::new();
                     let mut x = 0x9e37_79b9_u32 ^ u32::from(t);
                     for i in 0..rounds {
                         x ^= x << 13;
@@ -453,9 +451,9 @@ mod tests {
                             let p = unsafe { alloc(l) };
                             // SAFETY: `l.size()` bytes are ours.
                             unsafe { p.write_bytes(t + 1, l.size()) };
-                            held.push((p, l));
+                            held.push(Held(p, l));
                         } else {
-                            let (p, l) = held.swap_remove(x as usize % held.len());
+                            let Held(p, l) = held.swap_remove(x as usize % held.len());
                             // SAFETY: ours, and written whole above.
                             let bytes = unsafe { std::slice::from_raw_parts(p, l.size()) };
                             assert!(bytes.iter().all(|&b| b == t + 1), "a block was shared");
@@ -463,9 +461,7 @@ mod tests {
                             unsafe { dealloc(p, l) };
                         }
                     }
-                    held.into_iter()
-                        .map(|(p, l)| Held(p, l))
-                        .collect::<Vec<_>>()
+                    held
                 })
             })
             .collect();
