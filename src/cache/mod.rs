@@ -1,0 +1,918 @@
+//! `Cached<M>`: a front cache of lookup results, `topic -> subscribers`, for any [`Matcher`],
+//! after the result cache of the NATS server's sublist (`server/sublist.go`: `match` reads the
+//! cache first, `Insert`/`Remove` keep it true, `Stats()` reports the hit rate). It is itself a
+//! [`Matcher`], so every test and fuzz target runs on it unchanged.
+//!
+//! Three promises:
+//!
+//! 1. **It never lies.** A lookup returns what the inner matcher would return at some instant
+//!    within the lookup, and a lookup that starts after a write has returned sees that write.
+//!    The rule and its proof are at [`WriteBracket`].
+//! 2. **A hit takes no lock and allocates nothing but the returned list.** The table is a fixed
+//!    array of sets of [`WAYS`] slots, each a `crossbeam_epoch::Atomic<Entry>`: a hit pins,
+//!    loads, compares and copies the ids out; a miss that stores an entry swaps it in with one
+//!    CAS and retires the old one with `defer_destroy`. Entries are immutable once published.
+//! 3. **It never makes a cold workload slow.** On a wide topic space (`users.<id>.events` with
+//!    a million ids) nearly every lookup misses, and a miss that stores an entry costs three
+//!    allocations, a CAS and the retirement of the entry it evicts: more than a hit saves on a
+//!    small trie. Two rules keep misses cheap. A doorkeeper (TinyLFU's: one bit per topic hash
+//!    in a bit array, cleared when half full) lets a miss store only a topic seen before, so
+//!    topics seen once cost a bit test, not an entry. And admission watches each window of
+//!    lookups: when topics that repeat (hits, and misses of topics seen before) fall below
+//!    [`OFF_BELOW_PERCENT`], or hits below [`STORE_COST`] per entry stored over a stale one
+//!    or evicting a live one while the workload outgrows the table, the cache does not pay,
+//!    and admission turns it off: lookups go straight to the inner matcher (the doorkeeper
+//!    still marks their topics), except one in [`SAMPLE`], which still probes and stores, so
+//!    that a workload turning hot is noticed and the cache turns back on (from
+//!    [`ON_FROM_PERCENT`] repeats, judged every [`SAMPLED_WINDOW`] sampled lookups).
+//!
+//!    Long cycles: a workload that cycles through more topics than a window holds (10,000
+//!    topics in turn) looks cold in its first pass. Its second pass shows it repeating, to the
+//!    doorkeeper, before the cache has anything to hit; filling the table then evicts in the
+//!    sets that fill first, which is not charged while the topics seen lately fit in the
+//!    table; and each time sampling turns the cache back on, it gets more windows before too
+//!    few repeats turn it off again (see `Cache::judge`). BENCHMARKS.md, "The result cache",
+//!    has the hit rate per pass.
+//!
+//! Bounds: at most `cache_size` entries (rounded up to a power of two of whole sets) and at
+//! most `max_bytes` of topic text, ids and entry headers; an entry that would pass the byte
+//! budget is not stored. (The budget is checked before the CAS that stores, so lookups storing
+//! at the same instant may pass it by one entry each.)
+//!
+//! A write invalidates only the entries whose results it can change: each write bumps one
+//! counter picked by its pattern's leading literal words, and an entry stays true while the
+//! counters of its topic's leading words stand still (`shards.rs`). A writer that churns
+//! `sensors.*.temp` leaves the entries of `orders.eu` alone. (NATS patches the matching
+//! entries on each insert instead, at the cost of a pass over the cache per write.)
+//!
+//! The topic hash is FxHash-style multiply mixing (fast, not collision resistant): crafted
+//! topics that share a set only lower the hit rate, since a hit compares the whole topic.
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::OnceLock;
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+
+mod shards;
+use self::shards::{Shard, Shards, TopicShards};
+
+use crate::cstrie::CSTrie;
+use crate::dialect::{Dialect, Pattern, Topic};
+use crate::matcher::{Matcher, SubscriberId};
+
+/// Slots per set. Four keeps a probe to a few loads and lets two or three hot topics that hash
+/// to one set live side by side.
+pub const WAYS: usize = 4;
+
+/// Entries a cache holds by default, in the Python bindings (`Trie(cache_size=...)`). The
+/// fast-topic-matching workload has about 2,200 distinct topics; 16,384 keeps them all with
+/// room, and a full table of small entries stays under 4 MiB (see [`BYTES_PER_ENTRY`]).
+pub const DEFAULT_CACHE_SIZE: usize = 16_384;
+
+/// The largest `cache_size` taken: 2^24 entries, a table of 128 MiB of slots.
+pub const MAX_CACHE_SIZE: usize = 1 << 24;
+
+/// The default byte budget per entry of capacity: topic text, ids and the entry's header.
+/// A typical entry (a 20-byte topic, a few ids, 48 bytes of header) takes under 100.
+pub const BYTES_PER_ENTRY: usize = 256;
+
+/// Lookups per admission window (counted per stripe, among those that probe).
+pub const WINDOW: u32 = 512;
+
+/// The most failed windows in a row that turning the cache off can take (a power of two).
+pub const MAX_STRIKES: u32 = 16;
+
+/// Sampled lookups per admission window while the cache is off: shorter than [`WINDOW`], so
+/// that a workload turning hot is noticed within `SAMPLE * SAMPLED_WINDOW` lookups (up to
+/// [`WINDOW`] after the store rule failed: see `Cache::judge`).
+pub const SAMPLED_WINDOW: u32 = 64;
+
+/// Below this hit rate over a window (percent), admission turns the cache off: a probe that
+/// misses costs up to four entry reads from a table that is rarely in the CPU cache, which a
+/// quarter of hits pays for even on a small trie. (The store rule, [`STORE_COST`], is the
+/// stricter one whenever misses store.)
+pub const OFF_BELOW_PERCENT: u32 = 25;
+
+/// From this hit rate among sampled lookups (percent), admission turns the cache back on. Higher
+/// than [`OFF_BELOW_PERCENT`] so that a workload near the line does not flip every window.
+pub const ON_FROM_PERCENT: u32 = 50;
+
+/// A stored miss costs up to this many times what a hit saves (BENCHMARKS.md, "The result
+/// cache": about 180 ns to build, publish and later retire an entry, against 113 ns saved by a
+/// hit on a `Trie` of 1,000 patterns), so a window pays only with this many hits per store
+/// charged (over a stale entry, or evicting while the workload outgrows the table).
+pub const STORE_COST: u32 = 2;
+
+/// While the cache is off, one lookup in this many still probes and stores.
+pub const SAMPLE: u32 = 64;
+
+/// Doorkeeper bits per slot: with eight, a table's worth of distinct topics sets about an
+/// eighth of the bits, so a topic seen once is rarely taken for one seen twice.
+const DOOR_BITS_PER_SLOT: usize = 8;
+
+/// Counter stripes: each thread counts on its own cache line, so hits on many threads do not
+/// fight over one line (NATS's `cacheHits` is one shared counter).
+const STRIPES: usize = 16;
+
+/// Admission states.
+const ON: u8 = 0;
+const OFF: u8 = 1;
+
+/// One cached result. Immutable once published.
+struct Entry {
+    hash: u64,
+    /// The sum of its topic's shard counters the result is true for (see [`WriteBracket`]).
+    tag: u64,
+    /// Its topic's shards, so that a store can tell a stale entry from a live one.
+    shards: TopicShards,
+    topic: Box<[u8]>,
+    ids: Box<[SubscriberId]>,
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Entry>()
+            + self.topic.len()
+            + std::mem::size_of_val::<[SubscriberId]>(&self.ids)
+    }
+}
+
+/// What a write does to the cache: it runs inside a bracket on the shard of its pattern
+/// (`shards.rs`): B: `begun += 1`; C: the inner write; D: `ended += 1`.
+///
+/// A lookup of topic T, whose shards are the set K(T):
+///
+/// - R1: reads g = Σ `begun` over K(T); probes; a *hit* is an entry for T tagged g.
+/// - on a miss, R2: reads e = Σ `ended` over K(T); C': computes from the inner matcher; R3:
+///   reads Σ `begun` over K(T) again. It stores the result tagged g only if e = g and R3 read g.
+///
+/// All of these are `SeqCst`, so they fall into one total order consistent with each thread's
+/// program order; and the inner matcher is linearizable, its writes and reads synchronising
+/// (release/acquire) where a read sees a write.
+///
+/// **Only writes on K(T) matter.** A write on another shard has a pattern that cannot match T
+/// (`shards.rs`), so it changes no result the lookup can compute. Below, "a write" means one
+/// on a shard of K(T).
+///
+/// **What a stored entry holds.** Every counter only grows, so R3 reading the sum g that R1
+/// read means that no shard's `begun` moved between its R1 and R3 reads: no write began in
+/// that span. Then on each shard, the writes counted at R1 are all the writes begun up to R2,
+/// so that shard's `ended` at R2 is at most its `begun` at R1; the sums being equal, each is
+/// equal: every write counted in g (call these "≤ g") had its D before R2. D releases and R2
+/// acquires, so its C happened before C'. A write not counted in g ("> g") had its B after its
+/// shard's R3 read, and so after R3; its C comes after its B, and if C' had seen that C, B
+/// would happen before R3 and R3 would read more than g. So C' saw exactly the writes ≤ g: call
+/// that state S_g. And S_g was T's state over a real interval I, from the last D of a write
+/// ≤ g to the first B of a write > g, an interval the storer's R2..R3 lies in.
+///
+/// **Why a hit is never stale.** A lookup that hits read the sum g at its R1 and found the
+/// entry after it was stored, so after I began. Suppose I ended before the hit's R1 began:
+/// the first write > g, on some shard k, began before the hit read k, so the hit read more on
+/// k than the storer counted; its sum being g, it read less on another shard j, before a
+/// write ≤ g on j began. That write began before the hit's R1 and ended (its D) before I
+/// began, so I would start after it ends and end before the hit's R1, before that write
+/// began: an empty I, which it is not. So the hit's own interval, R1 to the probe, meets I,
+/// where T's state is S_g: the lookup linearizes there. A write that returned before the
+/// lookup started has its B before R1, so it is counted by the hit, and by the storer too, since
+/// a write the storer did not count cannot have begun before the hit's R1 (as just shown).
+/// Counters are 64-bit and only grow, so a sum never comes back (2^64 writes).
+///
+/// A lookup that misses returns what the inner matcher computed, linearized where the inner
+/// lookup is. Nothing on the hit path reads `ended`: a write in flight stops stores on its
+/// shards, not hits of entries that are still true.
+struct WriteBracket<'a>(&'a Shard);
+
+impl Drop for WriteBracket<'_> {
+    fn drop(&mut self) {
+        // D, even if the inner write panics.
+        self.0.ended.fetch_add(1, SeqCst);
+    }
+}
+
+/// One thread's counters, on a cache line of its own.
+#[repr(align(128))]
+#[derive(Default)]
+struct Stripe {
+    hits: AtomicU64,
+    /// Misses of lookups that probed.
+    misses: AtomicU64,
+    bypassed: AtomicU64,
+    evictions: AtomicU64,
+    /// The admission window: probing lookups and hits so far. Read and written with plain
+    /// loads and stores: two threads sharing a stripe may lose a count, which only blurs a
+    /// heuristic.
+    window_lookups: AtomicU32,
+    window_hits: AtomicU32,
+    /// Misses of topics seen before (by the doorkeeper, or as a stale entry).
+    window_repeats: AtomicU32,
+    /// Entries stored in the window over another entry: over a stale one, or evicting a live
+    /// one while the topics seen lately outnumber the slots (see `Cache::lookup_into`).
+    window_stores: AtomicU32,
+    /// Lookups while off (for sampling) and a turn counter for picking victims.
+    ticks: AtomicU32,
+}
+
+impl Stripe {
+    fn bump(counter: &AtomicU32) -> u32 {
+        let n = counter.load(Relaxed).wrapping_add(1);
+        counter.store(n, Relaxed);
+        n
+    }
+}
+
+/// Counters of a cache, summed over its stripes. The names follow the
+/// [`SelectorIndex`](crate::SelectorIndex)'s `CacheStats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that were not, bypassed ones included. A disabled cache (size 0) counts
+    /// nothing: its lookups go to the inner matcher with no bookkeeping at all.
+    pub misses: u64,
+    /// Of the misses, those that skipped the cache because admission had turned it off.
+    pub bypassed: u64,
+    /// Live entries (true as of now) replaced by another topic's.
+    pub evictions: u64,
+    /// Entries in the table now, live or stale.
+    pub topics: usize,
+    /// Bytes those entries take (topic text, ids, headers).
+    pub bytes: usize,
+    /// Most entries the cache holds (0: disabled).
+    pub capacity: usize,
+    /// Most bytes the entries may take.
+    pub max_bytes: usize,
+    /// Whether admission has the cache on now.
+    pub admitting: bool,
+}
+
+/// The slots and the doorkeeper's bits.
+struct Table {
+    slots: Box<[Atomic<Entry>]>,
+    door: Box<[AtomicU64]>,
+}
+
+/// The table and its bookkeeping; absent when the cache size is 0.
+struct Cache {
+    /// `sets * WAYS` slots and the doorkeeper, allocated on the first lookup (so a snapshot's
+    /// cache costs nothing until it is used).
+    table: OnceLock<Table>,
+    /// Doorkeeper bits set since it was last cleared.
+    door_set: AtomicUsize,
+    /// `log2(sets)`.
+    set_bits: u32,
+    max_bytes: usize,
+    bytes: AtomicUsize,
+    topics: AtomicUsize,
+    mode: AtomicU8,
+    /// Failed windows in a row while on, and how many times sampling turned the cache back
+    /// on: see [`Cache::judge`].
+    strikes: AtomicU32,
+    reenabled: AtomicU32,
+    /// Times in a row the store rule turned the cache off: each doubles the sampled window.
+    thrashed: AtomicU32,
+    /// Whether admission may turn the cache off and the doorkeeper refuse first-seen topics
+    /// (see [`Cached::without_admission`]).
+    adaptive: bool,
+    stripes: Box<[Stripe]>,
+    /// The write shards, allocated on the first lookup or write.
+    shards: OnceLock<Shards>,
+}
+
+/// A matcher with a result cache in front. See the module docs.
+pub struct Cached<M> {
+    inner: M,
+    cache: Option<Cache>,
+    /// The size asked for, as given (for pickling and `cache_size()`).
+    cache_size: usize,
+}
+
+impl<M: Matcher> std::fmt::Debug for Cached<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached")
+            .field("dialect", &self.inner.dialect())
+            .field("cache_size", &self.cache_size)
+            .field("stats", &self.cache_stats())
+            .finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    /// This thread's stripe, given out round robin on first use.
+    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn stripe_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    STRIPE.with(|s| {
+        let i = s.get();
+        if i != usize::MAX {
+            return i;
+        }
+        let i = NEXT.fetch_add(1, Relaxed) % STRIPES;
+        s.set(i);
+        i
+    })
+}
+
+/// FxHash-style: eight bytes at a time, rotate, xor, multiply; then a final mix so that the
+/// high bits (the set index) depend on every byte.
+fn hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().expect("eight bytes"));
+        h = (h.rotate_left(5) ^ w).wrapping_mul(K);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut buf = [0u8; 8];
+        buf[..rest.len()].copy_from_slice(rest);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(buf)).wrapping_mul(K);
+    }
+    (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+}
+
+impl<M: Matcher> Cached<M> {
+    /// `inner` behind a cache of `cache_size` entries (0: no cache) and the default byte
+    /// budget, [`BYTES_PER_ENTRY`] per entry.
+    ///
+    /// # Panics
+    ///
+    /// If `cache_size` is over [`MAX_CACHE_SIZE`].
+    pub fn new(inner: M, cache_size: usize) -> Self {
+        Self::with_limits(
+            inner,
+            cache_size,
+            cache_size.saturating_mul(BYTES_PER_ENTRY),
+        )
+    }
+
+    /// `inner` behind a cache of at most `cache_size` entries (rounded up to a power of two
+    /// number of sets of [`WAYS`]; 0: no cache) taking at most `max_bytes`.
+    ///
+    /// # Panics
+    ///
+    /// If `cache_size` is over [`MAX_CACHE_SIZE`].
+    pub fn with_limits(inner: M, cache_size: usize, max_bytes: usize) -> Self {
+        assert!(
+            cache_size <= MAX_CACHE_SIZE,
+            "cache_size {cache_size} is over the maximum, {MAX_CACHE_SIZE}"
+        );
+        let cache = (cache_size > 0).then(|| {
+            let sets = cache_size.div_ceil(WAYS).next_power_of_two();
+            Cache {
+                table: OnceLock::new(),
+                door_set: AtomicUsize::new(0),
+                set_bits: sets.trailing_zeros(),
+                max_bytes,
+                bytes: AtomicUsize::new(0),
+                topics: AtomicUsize::new(0),
+                mode: AtomicU8::new(ON),
+                strikes: AtomicU32::new(0),
+                reenabled: AtomicU32::new(0),
+                thrashed: AtomicU32::new(0),
+                adaptive: true,
+                stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
+                shards: OnceLock::new(),
+            }
+        });
+        Cached {
+            inner,
+            cache,
+            cache_size,
+        }
+    }
+
+    /// The same cache with admission and the doorkeeper turned off: it probes and stores on
+    /// every lookup whatever its hit rate (to measure what they save, and to test the store
+    /// path; not for production).
+    #[must_use]
+    pub fn without_admission(mut self) -> Self {
+        if let Some(c) = &mut self.cache {
+            c.adaptive = false;
+        }
+        self
+    }
+
+    /// The matcher behind the cache.
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+
+    /// The entries asked for when this cache was made (0: no cache).
+    pub fn cache_size(&self) -> usize {
+        self.cache_size
+    }
+
+    /// Hits, misses, evictions and the table's fill, summed over the stripes; each counter is
+    /// exact, but they are read one after another while lookups may run.
+    pub fn cache_stats(&self) -> CacheStats {
+        let Some(c) = &self.cache else {
+            return CacheStats::default();
+        };
+        let mut s = CacheStats {
+            topics: c.topics.load(Relaxed),
+            bytes: c.bytes.load(Relaxed),
+            capacity: WAYS << c.set_bits,
+            max_bytes: c.max_bytes,
+            admitting: c.mode.load(Relaxed) == ON,
+            ..CacheStats::default()
+        };
+        for st in c.stripes.iter() {
+            s.hits += st.hits.load(Relaxed);
+            let bypassed = st.bypassed.load(Relaxed);
+            s.misses += st.misses.load(Relaxed) + bypassed;
+            s.bypassed += bypassed;
+            s.evictions += st.evictions.load(Relaxed);
+        }
+        s
+    }
+
+    /// Runs one write of the inner matcher inside the bracket of `shard` (see
+    /// [`WriteBracket`]).
+    fn write<R>(&self, shard: usize, f: impl FnOnce(&M) -> R) -> R {
+        match &self.cache {
+            Some(c) => {
+                let shard = c.shards().shard(shard);
+                // B.
+                shard.begun.fetch_add(1, SeqCst);
+                let _bracket = WriteBracket(shard);
+                f(&self.inner)
+            }
+            None => f(&self.inner),
+        }
+    }
+}
+
+impl Cached<CSTrie> {
+    /// A read-only snapshot of the trie (see [`CSTrie::snapshot`]) with a cache of its own, of
+    /// the same size: a frozen trie has no writes, so its entries never go stale. The table is
+    /// allocated on the snapshot's first lookup, so taking a snapshot stays O(1).
+    pub fn snapshot(&self) -> Cached<CSTrie> {
+        let max_bytes = self.cache.as_ref().map_or(0, |c| c.max_bytes);
+        let mut snap = Cached::with_limits(self.inner.snapshot(), self.cache_size, max_bytes);
+        if let (Some(mine), Some(theirs)) = (&self.cache, &mut snap.cache) {
+            theirs.adaptive = mine.adaptive;
+        }
+        snap
+    }
+}
+
+impl Cache {
+    fn shards(&self) -> &Shards {
+        self.shards.get_or_init(Shards::new)
+    }
+
+    fn table(&self) -> &Table {
+        self.table.get_or_init(|| {
+            let slots = WAYS << self.set_bits;
+            Table {
+                slots: (0..slots).map(|_| Atomic::null()).collect(),
+                door: (0..(slots * DOOR_BITS_PER_SLOT).div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            }
+        })
+    }
+
+    /// The doorkeeper: whether `h` was seen since the bits were last cleared; marks it seen.
+    /// Races only blur it: a topic stored one miss early or late, a clearing a little late.
+    fn seen_before(&self, door: &[AtomicU64], h: u64) -> bool {
+        let bits = door.len() * 64;
+        // The low bits: the set index took the high ones.
+        let bit = (h as usize) % bits;
+        let (word, mask) = (&door[bit / 64], 1u64 << (bit % 64));
+        let w = word.load(Relaxed);
+        if w & mask != 0 {
+            return true;
+        }
+        // Plain stores, no read-modify-write: a cold workload marks a new bit on nearly every
+        // lookup, and a lost bit or count (two threads at once) only blurs the filter.
+        word.store(w | mask, Relaxed);
+        let set = self.door_set.load(Relaxed) + 1;
+        self.door_set.store(set, Relaxed);
+        if set >= bits / 2 {
+            self.door_set.store(0, Relaxed);
+            for w in door {
+                w.store(0, Relaxed);
+            }
+        }
+        false
+    }
+
+    /// Whether this lookup goes through the cache: always while on; one in [`SAMPLE`] while off.
+    fn admits(&self, stripe: &Stripe) -> bool {
+        self.mode.load(Relaxed) == ON || Stripe::bump(&stripe.ticks) % SAMPLE == 0
+    }
+
+    /// Counts a probing lookup in the window (`hit`, or a miss of a topic seen before:
+    /// `repeat`); at the window's end, turns the cache off when repeating topics were under
+    /// [`OFF_BELOW_PERCENT`] or hits under [`STORE_COST`] per entry stored over another, and
+    /// back on when both rules pass with [`ON_FROM_PERCENT`].
+    ///
+    /// Each time sampling turns the cache back on, turning it off for too few repeats takes
+    /// twice as many failed windows in a row (up to [`MAX_STRIKES`]): a workload that cycles
+    /// through more topics than a window fails its first windows only because the doorkeeper
+    /// has not seen its topics yet, and the longer trial lets it see them. A workload that
+    /// never repeats is never turned back on, so it pays for one window only. Failing the
+    /// store rule turns the cache off at once and ends the patience: there, entries die
+    /// before they pay, and waiting does not change that; each such failure in a row doubles
+    /// the sampled window (up to [`WINDOW`]), so that sampling does not keep turning a
+    /// thrashing cache back on.
+    fn judge(&self, stripe: &Stripe, hit: bool, repeat: bool) {
+        let hits = if hit {
+            Stripe::bump(&stripe.window_hits)
+        } else {
+            stripe.window_hits.load(Relaxed)
+        };
+        let repeats = if repeat {
+            Stripe::bump(&stripe.window_repeats)
+        } else {
+            stripe.window_repeats.load(Relaxed)
+        };
+        if !self.adaptive {
+            return;
+        }
+        let mode = self.mode.load(Relaxed);
+        let window = if mode == ON {
+            WINDOW
+        } else {
+            SAMPLED_WINDOW
+                << self
+                    .thrashed
+                    .load(Relaxed)
+                    .min((WINDOW / SAMPLED_WINDOW).ilog2())
+        };
+        if Stripe::bump(&stripe.window_lookups) < window {
+            return;
+        }
+        let percent = (hits + repeats).saturating_mul(100) / window;
+        let paid = hits >= STORE_COST.saturating_mul(stripe.window_stores.load(Relaxed));
+        if mode == ON && !paid {
+            // Entries die before they pay (writes, or more hot topics than the table holds):
+            // no amount of patience helps.
+            self.reenabled.store(0, Relaxed);
+            self.strikes.store(0, Relaxed);
+            self.thrashed.fetch_add(1, Relaxed);
+            self.mode.store(OFF, Relaxed);
+        } else if mode == ON && percent < OFF_BELOW_PERCENT {
+            let needed = 1 << self.reenabled.load(Relaxed).min(MAX_STRIKES.ilog2());
+            if self.strikes.fetch_add(1, Relaxed) + 1 >= needed {
+                self.strikes.store(0, Relaxed);
+                self.mode.store(OFF, Relaxed);
+            }
+        } else if mode == ON {
+            self.strikes.store(0, Relaxed);
+            self.thrashed.store(0, Relaxed);
+        } else if percent >= ON_FROM_PERCENT && paid {
+            self.reenabled.fetch_add(1, Relaxed);
+            self.mode.store(ON, Relaxed);
+        }
+        stripe.window_lookups.store(0, Relaxed);
+        stripe.window_hits.store(0, Relaxed);
+        stripe.window_repeats.store(0, Relaxed);
+        stripe.window_stores.store(0, Relaxed);
+    }
+
+    fn lookup_into<M: Matcher>(&self, inner: &M, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
+        let stripe = &self.stripes[stripe_index()];
+        if !self.admits(stripe) {
+            // One counter on this path: `misses` adds the bypassed in `cache_stats`.
+            stripe.bypassed.fetch_add(1, Relaxed);
+            // While off for too few repeats, the doorkeeper still sees every topic, so that
+            // the sampled lookups find a workload's repeats from its second pass on, however
+            // long its cycle. (Off by the store rule, repeats are not what is missing.)
+            if self.thrashed.load(Relaxed) == 0 {
+                self.seen_before(&self.table().door, hash(topic.text().as_bytes()));
+            }
+            inner.lookup_into(topic, out);
+            return;
+        }
+        let key = topic.text().as_bytes();
+        let h = hash(key);
+        let set = (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1);
+        let table = self.table();
+        let slots = &table.slots[set * WAYS..(set + 1) * WAYS];
+        let guard = &epoch::pin();
+        let shards = self.shards();
+        let topic_shards = shards::of_topic(topic);
+        // R1 (see `WriteBracket`).
+        let g = shards.begun(&topic_shards);
+        let mut same = None;
+        let mut free = None;
+        let mut stale = None;
+        for (way, slot) in slots.iter().enumerate() {
+            let p = slot.load(Acquire, guard);
+            // SAFETY: `p` was loaded under `guard`; an entry is retired (`defer_destroy`) only
+            // after being swapped out of its slot, and freed only once every guard pinned
+            // before that has gone, so it is alive while `guard` is.
+            let Some(e) = (unsafe { p.as_ref() }) else {
+                free.get_or_insert((way, p));
+                continue;
+            };
+            if e.hash == h && *e.topic == *key {
+                if e.tag == g {
+                    out.extend_from_slice(&e.ids);
+                    stripe.hits.fetch_add(1, Relaxed);
+                    self.judge(stripe, true, false);
+                    return;
+                }
+                same = Some((way, p));
+            } else if e.tag != shards.begun(&e.shards) {
+                stale.get_or_insert((way, p));
+            }
+        }
+        stripe.misses.fetch_add(1, Relaxed);
+        // A stale entry of the same topic shows it was seen before; otherwise the doorkeeper
+        // answers (and marks it seen).
+        let repeat = same.is_some() || (self.adaptive && self.seen_before(&table.door, h));
+        self.judge(stripe, false, repeat);
+        // R2, C', R3.
+        let quiet = shards.ended(&topic_shards) == g;
+        let start = out.len();
+        inner.lookup_into(topic, out);
+        if !quiet || shards.begun(&topic_shards) != g {
+            return;
+        }
+        // A topic's first miss only marks the doorkeeper.
+        if self.adaptive && !repeat {
+            return;
+        }
+        let (way, old, evicting) = match same.or(free).or(stale) {
+            Some((way, old)) => (way, old, false),
+            None => {
+                let way = Stripe::bump(&stripe.ticks) as usize % WAYS;
+                (way, slots[way].load(Acquire, guard), true)
+            }
+        };
+        // What the store rule charges: a stale entry's replacement (writes killed it before
+        // it paid), and an eviction when the topics the doorkeeper has seen lately outnumber
+        // the slots (entries evict each other before paying). While they fit, evictions are
+        // a table filling up: a set full before the table is, which the workload's next pass
+        // repays.
+        let charged = if evicting {
+            self.door_set.load(Relaxed) > WAYS << self.set_bits
+        } else {
+            !old.is_null()
+        };
+        let entry = Entry {
+            hash: h,
+            tag: g,
+            shards: topic_shards,
+            topic: key.into(),
+            ids: out[start..].into(),
+        };
+        // SAFETY: as above: `old` was loaded under `guard`.
+        let old_bytes = unsafe { old.as_ref() }.map_or(0, Entry::bytes);
+        let new_bytes = entry.bytes();
+        if new_bytes > old_bytes
+            && self.bytes.load(Relaxed) + (new_bytes - old_bytes) > self.max_bytes
+        {
+            return;
+        }
+        if charged {
+            Stripe::bump(&stripe.window_stores);
+        }
+        self.publish(&slots[way], old, entry, evicting, stripe, guard);
+    }
+
+    /// Swaps `entry` into `slot` if it still holds `old`, and retires `old`.
+    fn publish(
+        &self,
+        slot: &Atomic<Entry>,
+        old: Shared<'_, Entry>,
+        entry: Entry,
+        evicting: bool,
+        stripe: &Stripe,
+        guard: &Guard,
+    ) {
+        let new_bytes = entry.bytes();
+        if slot
+            .compare_exchange(old, Owned::new(entry), SeqCst, Relaxed, guard)
+            .is_err()
+        {
+            // Another lookup stored first; its entry is as good as ours.
+            return;
+        }
+        self.bytes.fetch_add(new_bytes, Relaxed);
+        // SAFETY: `old` was loaded under `guard` (see `lookup_into`).
+        match unsafe { old.as_ref() } {
+            None => {
+                self.topics.fetch_add(1, Relaxed);
+            }
+            Some(e) => {
+                self.bytes.fetch_sub(e.bytes(), Relaxed);
+                if evicting && e.tag == self.shards().begun(&e.shards) {
+                    stripe.evictions.fetch_add(1, Relaxed);
+                }
+                // SAFETY: the CAS unlinked `old` from its slot, the only place that held it,
+                // so no lookup pinned from now on can reach it; lookups pinned before may
+                // still read it, and `defer_destroy` frees it only after they unpin.
+                unsafe { guard.defer_destroy(old) };
+            }
+        }
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let Some(Table { slots, .. }) = self.table.get_mut() else {
+            return;
+        };
+        // SAFETY: `&mut self`: no lookup of this cache is running, and its slots are reachable
+        // from nowhere else; entries retired earlier are owned by the collector, not the slots.
+        let guard = unsafe { epoch::unprotected() };
+        for slot in slots.iter() {
+            let p = slot.swap(Shared::null(), Relaxed, guard);
+            if !p.is_null() {
+                // SAFETY: the slot owned `p` and nothing else can load it (see above).
+                drop(unsafe { p.into_owned() });
+            }
+        }
+    }
+}
+
+impl<M: Matcher> Matcher for Cached<M> {
+    fn dialect(&self) -> Dialect {
+        self.inner.dialect()
+    }
+
+    fn subscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {
+        self.write(shards::of_pattern(pattern.tokens()), |m| m.subscribe(pattern, id))
+    }
+
+    fn unsubscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {
+        self.write(shards::of_pattern(pattern.tokens()), |m| {
+            m.unsubscribe(pattern, id)
+        })
+    }
+
+    fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
+        match &self.cache {
+            Some(c) => {
+                assert_eq!(topic.dialect(), self.dialect(), "topic of another dialect");
+                c.lookup_into(&self.inner, topic, out);
+            }
+            None => self.inner.lookup_into(topic, out),
+        }
+    }
+
+    fn remove_subscriber(&self, id: SubscriberId) -> usize {
+        // Any pattern may lose the id: every topic's results may change.
+        self.write(shards::EVERY_TOPIC, |m| m.remove_subscriber(id))
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn subscriptions(&self) -> Vec<(String, SubscriberId)> {
+        self.inner.subscriptions()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Trie;
+
+    /// A cache that stores every miss (no doorkeeper, no admission), for exact counts.
+    fn trie(cache_size: usize) -> Cached<Trie> {
+        let m = Cached::new(Trie::new(Dialect::Amqp), cache_size).without_admission();
+        m.subscribe_str("a.*", 1).unwrap();
+        m.subscribe_str("a.#", 2).unwrap();
+        m
+    }
+
+    fn sorted(mut v: Vec<SubscriberId>) -> Vec<SubscriberId> {
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn a_repeated_lookup_hits_and_a_write_invalidates() {
+        let m = trie(64);
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2]);
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2]);
+        let s = m.cache_stats();
+        assert_eq!((s.hits, s.misses, s.topics), (1, 1, 1));
+        m.subscribe_str("a.b", 3).unwrap();
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2, 3]);
+        m.unsubscribe_str("a.*", 1).unwrap();
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [2, 3]);
+        assert_eq!(m.remove_subscriber(2), 1);
+        assert_eq!(m.lookup_str("a.b").unwrap(), [3]);
+        assert_eq!(m.lookup_str("a.b").unwrap(), [3]);
+        let s = m.cache_stats();
+        assert_eq!((s.hits, s.misses, s.topics), (2, 4, 1));
+    }
+
+    #[test]
+    fn a_disabled_cache_counts_nothing_and_answers_the_same() {
+        let m = trie(0);
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2]);
+        assert_eq!(m.cache_stats(), CacheStats::default());
+        assert_eq!(m.cache_size(), 0);
+    }
+
+    #[test]
+    fn a_full_set_evicts_and_counts_it() {
+        // One set of four ways: the fifth topic evicts one of the first four.
+        let m = trie(WAYS);
+        for t in ["a.b", "a.c", "a.d", "a.e", "a.f"] {
+            m.lookup_str(t).unwrap();
+        }
+        let s = m.cache_stats();
+        assert_eq!((s.misses, s.evictions, s.topics, s.capacity), (5, 1, 4, 4));
+    }
+
+    #[test]
+    fn the_byte_budget_refuses_entries_that_do_not_fit() {
+        let m = Cached::with_limits(Trie::new(Dialect::Amqp), 64, 100).without_admission();
+        for id in 0..100 {
+            m.subscribe_str("a.#", id).unwrap();
+        }
+        m.lookup_str("a.b").unwrap();
+        m.lookup_str("a.b").unwrap();
+        let s = m.cache_stats();
+        assert_eq!((s.hits, s.topics, s.bytes), (0, 0, 0));
+        assert!(s.max_bytes == 100);
+    }
+
+    #[test]
+    fn the_doorkeeper_stores_a_topic_on_its_second_miss() {
+        let m = Cached::new(Trie::new(Dialect::Amqp), 64);
+        m.subscribe_str("a.*", 1).unwrap();
+        for _ in 0..3 {
+            assert_eq!(m.lookup_str("a.b").unwrap(), [1]);
+        }
+        let s = m.cache_stats();
+        assert_eq!((s.hits, s.misses, s.topics), (1, 2, 1));
+        // A stale entry of the topic shows it was seen: the miss after a write stores at once.
+        m.subscribe_str("a.#", 2).unwrap();
+        m.lookup_str("a.b").unwrap();
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2]);
+        assert_eq!(m.cache_stats().hits, 2);
+    }
+
+    #[test]
+    fn admission_turns_off_on_distinct_topics_and_back_on_when_hot() {
+        let m = Cached::new(Trie::new(Dialect::Amqp), 1024);
+        m.subscribe_str("a.*", 1).unwrap();
+        for i in 0..4 * WINDOW {
+            m.lookup_str(&format!("a.{i}")).unwrap();
+        }
+        let s = m.cache_stats();
+        assert!(!s.admitting, "{s:?}");
+        assert!(s.bypassed > 0, "{s:?}");
+        // A hot set of eight topics: the sampled lookups fill the cache and hit.
+        for i in 0..(4 * SAMPLE * WINDOW) {
+            m.lookup_str(&format!("b.{}", i % 8)).unwrap();
+        }
+        assert!(m.cache_stats().admitting, "{:?}", m.cache_stats());
+    }
+
+    #[test]
+    fn admission_keeps_a_workload_that_repeats_over_a_long_cycle() {
+        // More distinct topics than a window: the first pass looks cold, the second repeats.
+        let m = Cached::new(Trie::new(Dialect::Amqp), 16_384);
+        m.subscribe_str("a.*", 1).unwrap();
+        let cycle = 6 * WINDOW;
+        let pass = |m: &Cached<Trie>| {
+            for i in 0..cycle {
+                assert_eq!(m.lookup_str(&format!("a.{i}")).unwrap(), [1]);
+            }
+        };
+        for _ in 0..12 {
+            pass(&m);
+        }
+        let before = m.cache_stats();
+        pass(&m);
+        let after = m.cache_stats();
+        assert!(after.admitting, "{after:?}");
+        let hits = after.hits - before.hits;
+        assert!(
+            hits >= u64::from(cycle) * 9 / 10,
+            "{hits} hits of {cycle}: {after:?}"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_has_its_own_cache_and_ignores_later_writes() {
+        let m = Cached::new(CSTrie::new(Dialect::Mqtt), 16).without_admission();
+        m.subscribe_str("a/+", 1).unwrap();
+        assert_eq!(m.lookup_str("a/b").unwrap(), [1]);
+        let snap = m.snapshot();
+        m.subscribe_str("a/b", 2).unwrap();
+        assert_eq!(snap.lookup_str("a/b").unwrap(), [1]);
+        assert_eq!(snap.lookup_str("a/b").unwrap(), [1]);
+        assert_eq!(snap.cache_stats().hits, 1);
+        assert_eq!(sorted(m.lookup_str("a/b").unwrap()), [1, 2]);
+        assert!(snap.inner().is_read_only());
+        assert_eq!(snap.cache_size(), 16);
+    }
+}
