@@ -7,9 +7,9 @@
 //! `k.<x>` topic, and read the count `after`, must get the state after some m calls with
 //! `before <= m <= after + 1` (call `after + 1` may be in flight, and a linearizable lookup
 //! may see it): ids `0..m` on the way up, `m - N..N` on the way down. A second writer
-//! churns patterns no `k.` topic matches, bumping the generation all the time without changing
-//! any result. The writer pauses now and then, so that generations live long enough to hit.
-//! The cache is small (eight entries over sixteen topics) so that entries are evicted too.
+//! churns patterns no `k.` topic matches, some of them on the topics' write shards, bumping
+//! their counters all the time without changing any result. The writer pauses now and then,
+//! so that entries live long enough to hit. The cache is small (eight entries over sixteen topics) so that entries are evicted too.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -64,9 +64,13 @@ fn churn<M: Matcher + 'static>(m: Arc<Cached<M>>, always_stores: bool) {
     let noise = {
         let (m, stop) = (Arc::clone(&m), Arc::clone(&stop));
         thread::spawn(move || {
-            let other: Vec<_> = (0..8)
-                .map(|i| D.parse_pattern(&format!("z.{i}.#")).unwrap())
-                .collect();
+            // No `k.` topic matches these, but they cover every kind of shard a write can take
+            // (see `src/cache/shards.rs`): `k.<x>.y` shares the topics' leading word, `*.<x>.y`
+            // may share a second word, and `#.y` invalidates every topic.
+            let texts = [
+                "z.1.#", "z.2.#", "k.1.y", "k.2.y", "*.1.y", "*.2.y", "#.y", "k.#.y",
+            ];
+            let other: Vec<_> = texts.iter().map(|t| D.parse_pattern(t).unwrap()).collect();
             let mut i = 0;
             while !stop.load(SeqCst) {
                 m.subscribe(&other[i % 8], 9);

@@ -143,11 +143,14 @@ impl Entry {
 /// What a write does to the cache: it runs inside a bracket on the shard of its pattern
 /// (`shards.rs`): B: `begun += 1`; C: the inner write; D: `ended += 1`.
 ///
-/// A lookup of topic T, whose shards are the set K(T):
+/// A lookup of topic T, whose shards are the set K(T), probes T's set of slots, then:
 ///
-/// - R1: reads g = Σ `begun` over K(T); probes; a *hit* is an entry for T tagged g.
-/// - on a miss, R2: reads e = Σ `ended` over K(T); C': computes from the inner matcher; R3:
-///   reads Σ `begun` over K(T) again. It stores the result tagged g only if e = g and R3 read g.
+/// - if it finds an entry for T, it reads the sum of `begun` over the shards stored with the
+///   entry, which are K(T) (the lookup that stored it computed them from the same text). If
+///   the sum is the entry's tag, that is a *hit*.
+/// - otherwise, R1: reads g = Σ `begun` over K(T); R2: reads e = Σ `ended` over K(T); C':
+///   computes from the inner matcher; R3: reads Σ `begun` over K(T) again. It stores the
+///   result tagged g only if e = g and R3 read g.
 ///
 /// All of these are `SeqCst`, so they fall into one total order consistent with each thread's
 /// program order; and the inner matcher is linearizable, its writes and reads synchronising
@@ -168,16 +171,16 @@ impl Entry {
 /// that state S_g. And S_g was T's state over a real interval I, from the last D of a write
 /// ≤ g to the first B of a write > g, an interval the storer's R2..R3 lies in.
 ///
-/// **Why a hit is never stale.** A lookup that hits read the sum g at its R1 and found the
-/// entry after it was stored, so after I began. Suppose I ended before the hit's R1 began:
-/// the first write > g, on some shard k, began before the hit read k, so the hit read more on
-/// k than the storer counted; its sum being g, it read less on another shard j, before a
-/// write ≤ g on j began. That write began before the hit's R1 and ended (its D) before I
-/// began, so I would start after it ends and end before the hit's R1, before that write
-/// began: an empty I, which it is not. So the hit's own interval, R1 to the probe, meets I,
-/// where T's state is S_g: the lookup linearizes there. A write that returned before the
-/// lookup started has its B before R1, so it is counted by the hit, and by the storer too, since
-/// a write the storer did not count cannot have begun before the hit's R1 (as just shown).
+/// **Why a hit is never stale.** A lookup that hits found the entry after it was stored, so
+/// after I began, and then read the sum g. Suppose I ended before those reads ended: the
+/// first write > g, on some shard k, began before the hit read k, so the hit read more on k
+/// than the storer counted; its sum being g, it read less on another shard j, before a write
+/// ≤ g on j began. The hit read j after its probe, so that write began after the probe, and
+/// its D, which comes before I begins, too: then I began after the probe, which it did not.
+/// So the hit's own interval, from the probe to its last read, meets I, where T's state is
+/// S_g: the lookup linearizes there. A write that returned before the lookup started has its
+/// B before the hit's reads, so the hit counts it, and so does the storer, since a write the
+/// storer did not count began after I ended, after the hit's reads began (as just shown).
 /// Counters are 64-bit and only grow, so a sum never comes back (2^64 writes).
 ///
 /// A lookup that misses returns what the inner matcher computed, linearized where the inner
@@ -599,12 +602,9 @@ impl Cache {
         let slots = &table.slots[set * WAYS..(set + 1) * WAYS];
         let guard = &epoch::pin();
         let shards = self.shards();
-        let topic_shards = shards::of_topic(topic);
-        // R1 (see `WriteBracket`).
-        let g = shards.begun(&topic_shards);
         let mut same = None;
         let mut free = None;
-        let mut stale = None;
+        let mut others = [None; WAYS];
         for (way, slot) in slots.iter().enumerate() {
             let p = slot.load(Acquire, guard);
             // SAFETY: `p` was loaded under `guard`; an entry is retired (`defer_destroy`) only
@@ -615,23 +615,26 @@ impl Cache {
                 continue;
             };
             if e.hash == h && *e.topic == *key {
-                if e.tag == g {
+                // The hit's read (see `WriteBracket`), over the shards stored with the entry.
+                if shards.begun(&e.shards) == e.tag {
                     out.extend_from_slice(&e.ids);
                     stripe.hits.fetch_add(1, Relaxed);
                     self.judge(stripe, true, false);
                     return;
                 }
                 same = Some((way, p));
-            } else if e.tag != shards.begun(&e.shards) {
-                stale.get_or_insert((way, p));
+            } else {
+                others[way] = Some((way, p, e));
             }
         }
         stripe.misses.fetch_add(1, Relaxed);
+        let topic_shards = shards::of_topic(topic);
+        // R1, R2, C', R3 (see `WriteBracket`).
+        let g = shards.begun(&topic_shards);
         // A stale entry of the same topic shows it was seen before; otherwise the doorkeeper
         // answers (and marks it seen).
         let repeat = same.is_some() || (self.adaptive && self.seen_before(&table.door, h));
         self.judge(stripe, false, repeat);
-        // R2, C', R3.
         let quiet = shards.ended(&topic_shards) == g;
         let start = out.len();
         inner.lookup_into(topic, out);
@@ -642,7 +645,14 @@ impl Cache {
         if self.adaptive && !repeat {
             return;
         }
-        let (way, old, evicting) = match same.or(free).or(stale) {
+        let stale = || {
+            others
+                .iter()
+                .flatten()
+                .find(|(_, _, e)| e.tag != shards.begun(&e.shards))
+                .map(|&(way, p, _)| (way, p))
+        };
+        let (way, old, evicting) = match same.or(free).or_else(stale) {
             Some((way, old)) => (way, old, false),
             None => {
                 let way = Stripe::bump(&stripe.ticks) as usize % WAYS;
@@ -742,7 +752,9 @@ impl<M: Matcher> Matcher for Cached<M> {
     }
 
     fn subscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {
-        self.write(shards::of_pattern(pattern.tokens()), |m| m.subscribe(pattern, id))
+        self.write(shards::of_pattern(pattern.tokens()), |m| {
+            m.subscribe(pattern, id)
+        })
     }
 
     fn unsubscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {

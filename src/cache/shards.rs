@@ -1,0 +1,239 @@
+//! Write shards: which cached results a write can change, told by a topic's first words.
+//!
+//! A write of pattern P can change the result of topic T only if P matches T. Before any
+//! many-words wildcard, a pattern's words line up with the topic's one for one, so a literal
+//! word of P at position i (with only one-word wildcards before it) must be T's word i. The
+//! shard of P is therefore keyed by its *mask*, the set of positions below [`KEY_WORDS`] that
+//! hold such a literal word, and by those words; the key stops at the first many-words
+//! wildcard and at the pattern's end. A topic's result can change only through writes keyed by
+//! one of the topic's own keys: one per mask whose positions the topic has, made of the
+//! topic's words at those positions. With two key words that is four shards per topic:
+//!
+//! | pattern | mask | shard key | results it may change |
+//! |---|---|---|---|
+//! | `a.b.c`, `a.b.*`, `a.b.#` | {0, 1} | `a`, `b` | topics starting `a.b` |
+//! | `a.*.c`, `a.#`, `a` | {0} | `a` | topics starting `a` |
+//! | `*.b.c` | {1} | `b` | topics whose second word is `b` |
+//! | `#`, `*.*.c`, `#.b`, `*` | {} | (one shard) | any topic |
+//!
+//! Keys hash into [`SHARDS`] counters per mask; two keys that share a counter only make a
+//! write invalidate a little more than it must, never less. `remove_subscriber`, which may
+//! change any pattern, takes the shard of the empty mask.
+//!
+//! Each shard counts the writes that have begun and those that have ended; both only grow. A
+//! result is tagged with the sum of `begun` over its topic's shards: since every counter only
+//! grows, an equal sum means that no counter moved. The rule that uses them, and its proof,
+//! are at `Cache` in `mod.rs`.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::SeqCst;
+
+use crate::dialect::{Token, Topic};
+
+/// Leading word positions that key a shard. Two keep a hit to four counter loads; a pattern
+/// whose first two words are wildcards invalidates every topic.
+pub(super) const KEY_WORDS: usize = 2;
+
+/// Masks of key positions: every subset of the [`KEY_WORDS`] positions.
+const MASKS: usize = 1 << KEY_WORDS;
+
+/// Counters per mask (a power of two). Among 1,000 topics with distinct leading words, a
+/// write then shares its counter with about one other topic's.
+pub(super) const SHARDS: usize = 1024;
+
+/// One shard's counters. `begun` is what lookups read on every hit; both sit on one line,
+/// since the writer that bumps one bumps the other.
+#[derive(Default)]
+pub(super) struct Shard {
+    pub(super) begun: AtomicU64,
+    pub(super) ended: AtomicU64,
+}
+
+/// The shards of a topic: indexes into the table, one per mask that fits the topic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct TopicShards {
+    index: [u32; MASKS],
+    len: u8,
+}
+
+impl TopicShards {
+    pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.index[..usize::from(self.len)]
+            .iter()
+            .map(|&i| i as usize)
+    }
+}
+
+/// Every shard counter of one cache: `MASKS * SHARDS` of them (the empty mask uses one).
+pub(super) struct Shards {
+    table: Box<[Shard]>,
+}
+
+impl Shards {
+    pub(super) fn new() -> Shards {
+        Shards {
+            table: (0..MASKS * SHARDS).map(|_| Shard::default()).collect(),
+        }
+    }
+
+    pub(super) fn shard(&self, index: usize) -> &Shard {
+        &self.table[index]
+    }
+
+    /// The sum of `begun` over `shards` (the R1 and R3 reads).
+    pub(super) fn begun(&self, shards: &TopicShards) -> u64 {
+        shards
+            .iter()
+            .map(|i| self.table[i].begun.load(SeqCst))
+            .fold(0, u64::wrapping_add)
+    }
+
+    /// The sum of `ended` over `shards` (the R2 read).
+    pub(super) fn ended(&self, shards: &TopicShards) -> u64 {
+        shards
+            .iter()
+            .map(|i| self.table[i].ended.load(SeqCst))
+            .fold(0, u64::wrapping_add)
+    }
+}
+
+/// The shard of the empty mask: every topic's results depend on it.
+pub(super) const EVERY_TOPIC: usize = 0;
+
+/// Adds the word at `position`, hashed as `word_hash`, to a shard key's hash.
+fn mix(h: u64, position: usize, word_hash: u64) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    (h.rotate_left(23) ^ word_hash ^ position as u64).wrapping_mul(K)
+}
+
+fn index(mask: usize, h: u64) -> usize {
+    if mask == 0 {
+        EVERY_TOPIC
+    } else {
+        mask * SHARDS + (h >> 32) as usize % SHARDS
+    }
+}
+
+/// The shard a write of a pattern with these tokens goes to.
+pub(super) fn of_pattern(tokens: &[Token]) -> usize {
+    let (mut mask, mut h) = (0, 0);
+    for (i, token) in tokens.iter().take(KEY_WORDS).enumerate() {
+        match token {
+            Token::Many => break,
+            Token::One => {}
+            Token::Word(w) => {
+                mask |= 1 << i;
+                h = mix(h, i, super::hash(w.as_bytes()));
+            }
+        }
+    }
+    index(mask, h)
+}
+
+/// The shards whose writes may change `topic`'s result.
+pub(super) fn of_topic(topic: &Topic<'_>) -> TopicShards {
+    let words = topic.words();
+    let fit = words.len().min(KEY_WORDS);
+    let mut word_hash = [0u64; KEY_WORDS];
+    for (h, w) in word_hash.iter_mut().zip(words) {
+        *h = super::hash(w.as_bytes());
+    }
+    let mut shards = TopicShards::default();
+    // Masks whose positions all lie below `fit`: exactly those below `1 << fit`.
+    for mask in 0..(1usize << fit) {
+        let mut h = 0;
+        for (i, &wh) in word_hash.iter().enumerate().take(fit) {
+            if mask & (1 << i) != 0 {
+                h = mix(h, i, wh);
+            }
+        }
+        shards.index[usize::from(shards.len)] = index(mask, h) as u32;
+        shards.len += 1;
+    }
+    shards
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Dialect, Matcher, NaiveMatcher};
+    use proptest::prelude::*;
+
+    /// The law the cache rests on: a write of P is seen by every topic P matches.
+    fn law_holds(d: Dialect, pattern: &str, topic: &str) -> bool {
+        let (Ok(p), Ok(t)) = (d.parse_pattern(pattern), d.parse_topic(topic)) else {
+            return true;
+        };
+        let m = NaiveMatcher::new(d);
+        m.subscribe(&p, 1);
+        !m.lookup(&t).contains(&1) || of_topic(&t).iter().any(|i| i == of_pattern(p.tokens()))
+    }
+
+    #[test]
+    fn a_write_reaches_every_topic_its_pattern_matches() {
+        let rows: &[(Dialect, &str, &str)] = &[
+            (Dialect::Amqp, "a.b.c", "a.b.c"),
+            (Dialect::Amqp, "a.#", "a"),
+            (Dialect::Amqp, "a.#.b", "a.x.y.b"),
+            (Dialect::Amqp, "*.b", "a.b"),
+            (Dialect::Amqp, "#", ""),
+            (Dialect::Amqp, "", ""),
+            (Dialect::Amqp, "#.b", "b"),
+            (Dialect::Amqp, "a..c", "a..c"),
+            (Dialect::Mqtt, "a/#", "a"),
+            (Dialect::Mqtt, "+/b/#", "x/b"),
+            (Dialect::Mqtt, "/a", "/a"),
+            (Dialect::Nats, "a.>", "a.b.c"),
+            (Dialect::Nats, "*.b.>", "a.b.c"),
+        ];
+        for &(d, p, t) in rows {
+            assert!(
+                d.parse_pattern(p)
+                    .and_then(|p| d.parse_topic(t).map(|t| (p, t)))
+                    .is_ok(),
+                "{d:?} {p} {t}"
+            );
+            assert!(law_holds(d, p, t), "{d:?} {p} {t}");
+        }
+    }
+
+    #[test]
+    fn shards_separate_what_writes_cannot_change() {
+        let d = Dialect::Amqp;
+        let shard = |p: &str| of_pattern(d.parse_pattern(p).unwrap().tokens());
+        let topic = d.parse_topic("x.y.z").unwrap();
+        let mine = of_topic(&topic);
+        assert_eq!(mine.iter().count(), 4);
+        for other in ["a.b.c", "a.*", "*.b", "a.y", "x.b"] {
+            assert!(!mine.iter().any(|i| i == shard(other)), "{other}");
+        }
+        for same in ["x.y.q", "x.*.q", "*.y", "#", "*.*.z", "x.#"] {
+            assert!(mine.iter().any(|i| i == shard(same)), "{same}");
+        }
+        assert_eq!(of_topic(&d.parse_topic("").unwrap()).iter().count(), 1);
+    }
+
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => "[ab]{0,1}".prop_map(String::from),
+            1 => Just("*".to_string()),
+            1 => Just("#".to_string()),
+            1 => Just("+".to_string()),
+            1 => Just(">".to_string()),
+            1 => Just("$a".to_string()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_law_holds_on_random_pairs(
+            p in proptest::collection::vec(word(), 0..6),
+            t in proptest::collection::vec("[ab$]{0,2}", 0..6),
+        ) {
+            for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
+                let sep = (d.separator() as char).to_string();
+                prop_assert!(law_holds(d, &p.join(&sep), &t.join(&sep)));
+            }
+        }
+    }
+}
