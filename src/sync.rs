@@ -3,7 +3,7 @@
 //! crossbeam-epoch itself switches with `--cfg crossbeam_loom`; the loom command sets both.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};

@@ -25,10 +25,10 @@
 //! grows, an equal sum means that no counter moved. The rule that uses them, and its proof,
 //! are at `Cache` in `mod.rs`.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::dialect::{Token, Topic};
+use crate::sync::AtomicU64;
 
 /// Leading word positions that key a shard. Two keep a hit to four counter loads; a pattern
 /// whose first two words are wildcards invalidates every topic.
@@ -39,14 +39,26 @@ const MASKS: usize = 1 << KEY_WORDS;
 
 /// Counters per mask (a power of two). Among 1,000 topics with distinct leading words, a
 /// write then shares its counter with about one other topic's.
+#[cfg(not(loom))]
 pub(super) const SHARDS: usize = 1024;
+/// Under loom, every counter is an object the model tracks: two per mask.
+#[cfg(loom)]
+pub(super) const SHARDS: usize = 2;
 
 /// One shard's counters. `begun` is what lookups read on every hit; both sit on one line,
 /// since the writer that bumps one bumps the other.
-#[derive(Default)]
 pub(super) struct Shard {
     pub(super) begun: AtomicU64,
     pub(super) ended: AtomicU64,
+}
+
+impl Shard {
+    fn new() -> Shard {
+        Shard {
+            begun: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+        }
+    }
 }
 
 /// The shards of a topic: indexes into the table, one per mask that fits the topic.
@@ -72,7 +84,7 @@ pub(super) struct Shards {
 impl Shards {
     pub(super) fn new() -> Shards {
         Shards {
-            table: (0..MASKS * SHARDS).map(|_| Shard::default()).collect(),
+            table: (0..MASKS * SHARDS).map(|_| Shard::new()).collect(),
         }
     }
 
@@ -153,7 +165,7 @@ pub(super) fn of_topic(topic: &Topic<'_>) -> TopicShards {
     shards
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::{Dialect, Matcher, NaiveMatcher};
@@ -235,5 +247,95 @@ mod tests {
                 prop_assert!(law_holds(d, &p.join(&sep), &t.join(&sep)));
             }
         }
+    }
+}
+
+/// The protocol of `Cached` (`WriteBracket` in `mod.rs`) for one topic, `a.b`, with the shard
+/// counters and index functions of this file. The inner matcher's answer for the topic is a
+/// set of bits, each write adds one (a release store, as the inner matchers' writes publish),
+/// and the one slot holds an entry as `(tag, answer)`; a store may overwrite any entry, which
+/// allows more than the real compare-and-swap does.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::Dialect;
+    use loom::sync::atomic::AtomicU64 as Answer;
+    use loom::sync::{Arc, Mutex};
+    use std::sync::atomic::Ordering::{Acquire, Release};
+
+    struct Model {
+        shards: Shards,
+        topic: TopicShards,
+        answer: Answer,
+        slot: Mutex<Option<(u64, u64)>>,
+    }
+
+    impl Model {
+        fn new() -> Model {
+            let topic = Dialect::Amqp.parse_topic("a.b").unwrap();
+            Model {
+                shards: Shards::new(),
+                topic: of_topic(&topic),
+                answer: Answer::new(0),
+                slot: Mutex::new(None),
+            }
+        }
+
+        /// A write of `pattern` that adds `bit` to the topic's answer (0: changes nothing).
+        fn write(&self, pattern: &str, bit: u64) {
+            let p = Dialect::Amqp.parse_pattern(pattern).unwrap();
+            let shard = self.shards.shard(of_pattern(p.tokens()));
+            shard.begun.fetch_add(1, SeqCst);
+            self.answer.fetch_or(bit, Release);
+            shard.ended.fetch_add(1, SeqCst);
+        }
+
+        fn lookup(&self) -> u64 {
+            let entry = *self.slot.lock().unwrap();
+            if let Some((tag, answer)) = entry {
+                if self.shards.begun(&self.topic) == tag {
+                    return answer;
+                }
+            }
+            let g = self.shards.begun(&self.topic);
+            let quiet = self.shards.ended(&self.topic) == g;
+            let answer = self.answer.load(Acquire);
+            if quiet && self.shards.begun(&self.topic) == g {
+                *self.slot.lock().unwrap() = Some((g, answer));
+            }
+            answer
+        }
+    }
+
+    /// Two writers on two of the topic's shards and one on a shard of other topics, against
+    /// a reader: a lookup never loses what an earlier lookup of its thread saw, and sees every
+    /// write that returned before it started.
+    #[test]
+    fn loom_cached_lookups_see_every_returned_write() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let m = Arc::new(Model::new());
+            let writer = {
+                let m = Arc::clone(&m);
+                loom::thread::spawn(move || {
+                    m.write("a.*", 1);
+                    m.write("z.z", 0);
+                })
+            };
+            let reader = {
+                let m = Arc::clone(&m);
+                loom::thread::spawn(move || {
+                    let first = m.lookup();
+                    let second = m.lookup();
+                    assert_eq!(first & !second, 0, "{first:b} then {second:b}");
+                })
+            };
+            m.write("#", 2);
+            assert_ne!(m.lookup() & 2, 0);
+            writer.join().unwrap();
+            assert_eq!(m.lookup(), 3);
+            reader.join().unwrap();
+        });
     }
 }
