@@ -7,7 +7,7 @@
 //!
 //! 1. **It never lies.** A lookup returns what the inner matcher would return at some instant
 //!    within the lookup, and a lookup that starts after a write has returned sees that write.
-//!    The rule and its proof are at [`WriteBracket`].
+//!    The rule and its proof are at [`Cached::write`].
 //! 2. **A hit takes no lock and allocates nothing but the returned list.** The table is a fixed
 //!    array of sets of [`WAYS`] slots, each a `crossbeam_epoch::Atomic<Entry>`: a hit pins,
 //!    loads, compares and copies the ids out; a miss that stores an entry swaps it in with one
@@ -57,7 +57,7 @@ use std::sync::OnceLock;
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
 mod shards;
-use self::shards::{Shard, Shards, TopicShards};
+use self::shards::{Shards, TopicShards};
 
 use crate::cstrie::CSTrie;
 use crate::dialect::{Dialect, Pattern, Topic};
@@ -124,7 +124,7 @@ const OFF: u8 = 1;
 /// One cached result. Immutable once published.
 struct Entry {
     hash: u64,
-    /// The sum of its topic's shard counters the result is true for (see [`WriteBracket`]).
+    /// The sum of its topic's shard counters the result is true for (see [`Cached::write`]).
     tag: u64,
     /// Its topic's shards, so that a store can tell a stale entry from a live one.
     shards: TopicShards,
@@ -137,61 +137,6 @@ impl Entry {
         std::mem::size_of::<Entry>()
             + self.topic.len()
             + std::mem::size_of_val::<[SubscriberId]>(&self.ids)
-    }
-}
-
-/// What a write does to the cache: it runs inside a bracket on the shard of its pattern
-/// (`shards.rs`): B: `begun += 1`; C: the inner write; D: `ended += 1`.
-///
-/// A lookup of topic T, whose shards are the set K(T), probes T's set of slots, then:
-///
-/// - if it finds an entry for T, it reads the sum of `begun` over the shards stored with the
-///   entry, which are K(T) (the lookup that stored it computed them from the same text). If
-///   the sum is the entry's tag, that is a *hit*.
-/// - otherwise, R1: reads g = Σ `begun` over K(T); R2: reads e = Σ `ended` over K(T); C':
-///   computes from the inner matcher; R3: reads Σ `begun` over K(T) again. It stores the
-///   result tagged g only if e = g and R3 read g.
-///
-/// All of these are `SeqCst`, so they fall into one total order consistent with each thread's
-/// program order; and the inner matcher is linearizable, its writes and reads synchronising
-/// (release/acquire) where a read sees a write.
-///
-/// **Only writes on K(T) matter.** A write on another shard has a pattern that cannot match T
-/// (`shards.rs`), so it changes no result the lookup can compute. Below, "a write" means one
-/// on a shard of K(T).
-///
-/// **What a stored entry holds.** Every counter only grows, so R3 reading the sum g that R1
-/// read means that no shard's `begun` moved between its R1 and R3 reads: no write began in
-/// that span. Then on each shard, the writes counted at R1 are all the writes begun up to R2,
-/// so that shard's `ended` at R2 is at most its `begun` at R1; the sums being equal, each is
-/// equal: every write counted in g (call these "≤ g") had its D before R2. D releases and R2
-/// acquires, so its C happened before C'. A write not counted in g ("> g") had its B after its
-/// shard's R3 read, and so after R3; its C comes after its B, and if C' had seen that C, B
-/// would happen before R3 and R3 would read more than g. So C' saw exactly the writes ≤ g: call
-/// that state S_g. And S_g was T's state over a real interval I, from the last D of a write
-/// ≤ g to the first B of a write > g, an interval the storer's R2..R3 lies in.
-///
-/// **Why a hit is never stale.** A lookup that hits found the entry after it was stored, so
-/// after I began, and then read the sum g. Suppose I ended before those reads ended: the
-/// first write > g, on some shard k, began before the hit read k, so the hit read more on k
-/// than the storer counted; its sum being g, it read less on another shard j, before a write
-/// ≤ g on j began. The hit read j after its probe, so that write began after the probe, and
-/// its D, which comes before I begins, too: then I began after the probe, which it did not.
-/// So the hit's own interval, from the probe to its last read, meets I, where T's state is
-/// S_g: the lookup linearizes there. A write that returned before the lookup started has its
-/// B before the hit's reads, so the hit counts it, and so does the storer, since a write the
-/// storer did not count began after I ended, after the hit's reads began (as just shown).
-/// Counters are 64-bit and only grow, so a sum never comes back (2^64 writes).
-///
-/// A lookup that misses returns what the inner matcher computed, linearized where the inner
-/// lookup is. Nothing on the hit path reads `ended`: a write in flight stops stores on its
-/// shards, not hits of entries that are still true.
-struct WriteBracket<'a>(&'a Shard);
-
-impl Drop for WriteBracket<'_> {
-    fn drop(&mut self) {
-        // D, even if the inner write panics.
-        self.0.ended.fetch_add(1, SeqCst);
     }
 }
 
@@ -435,17 +380,57 @@ impl<M: Matcher> Cached<M> {
         s
     }
 
-    /// Runs one write of the inner matcher inside the bracket of `shard` (see
-    /// [`WriteBracket`]).
+    /// Runs one write of the inner matcher on `shard`, the shard of its pattern.
+    ///
+    /// What a write does to the cache: it runs inside a bracket on the shard of its pattern
+    /// (`Shards::write`): B: `begun += 1`; C: the inner write; D: `ended += 1`, even if C panics.
+    ///
+    /// A lookup of topic T, whose shards are the set K(T), probes T's set of slots, then:
+    ///
+    /// - if it finds an entry for T, it reads the sum of `begun` over the shards stored with the
+    ///   entry, which are K(T) (the lookup that stored it computed them from the same text). If
+    ///   the sum is the entry's tag, that is a *hit*.
+    /// - otherwise, R1: reads g = Σ `begun` over K(T); R2: reads e = Σ `ended` over K(T); C':
+    ///   computes from the inner matcher; R3: reads Σ `begun` over K(T) again. It stores the
+    ///   result tagged g only if e = g and R3 read g.
+    ///
+    /// All of these are `SeqCst`, so they fall into one total order consistent with each thread's
+    /// program order; and the inner matcher is linearizable, its writes and reads synchronising
+    /// (release/acquire) where a read sees a write.
+    ///
+    /// **Only writes on K(T) matter.** A write on another shard has a pattern that cannot match T
+    /// (`shards.rs`), so it changes no result the lookup can compute. Below, "a write" means one
+    /// on a shard of K(T).
+    ///
+    /// **What a stored entry holds.** Every counter only grows, so R3 reading the sum g that R1
+    /// read means that no shard's `begun` moved between its R1 and R3 reads: no write began in
+    /// that span. Then on each shard, the writes counted at R1 are all the writes begun up to R2,
+    /// so that shard's `ended` at R2 is at most its `begun` at R1; the sums being equal, each is
+    /// equal: every write counted in g (call these "≤ g") had its D before R2. D releases and R2
+    /// acquires, so its C happened before C'. A write not counted in g ("> g") had its B after its
+    /// shard's R3 read, and so after R3; its C comes after its B, and if C' had seen that C, B
+    /// would happen before R3 and R3 would read more than g. So C' saw exactly the writes ≤ g: call
+    /// that state S_g. And S_g was T's state over a real interval I, from the last D of a write
+    /// ≤ g to the first B of a write > g, an interval the storer's R2..R3 lies in.
+    ///
+    /// **Why a hit is never stale.** A lookup that hits found the entry after it was stored, so
+    /// after I began, and then read the sum g. Suppose I ended before those reads ended: the
+    /// first write > g, on some shard k, began before the hit read k, so the hit read more on k
+    /// than the storer counted; its sum being g, it read less on another shard j, before a write
+    /// ≤ g on j began. The hit read j after its probe, so that write began after the probe, and
+    /// its D, which comes before I begins, too: then I began after the probe, which it did not.
+    /// So the hit's own interval, from the probe to its last read, meets I, where T's state is
+    /// S_g: the lookup linearizes there. A write that returned before the lookup started has its
+    /// B before the hit's reads, so the hit counts it, and so does the storer, since a write the
+    /// storer did not count began after I ended, after the hit's reads began (as just shown).
+    /// Counters are 64-bit and only grow, so a sum never comes back (2^64 writes).
+    ///
+    /// A lookup that misses returns what the inner matcher computed, linearized where the inner
+    /// lookup is. Nothing on the hit path reads `ended`: a write in flight stops stores on its
+    /// shards, not hits of entries that are still true.
     fn write<R>(&self, shard: usize, f: impl FnOnce(&M) -> R) -> R {
         match &self.cache {
-            Some(c) => {
-                let shard = c.shards().shard(shard);
-                // B.
-                shard.begun.fetch_add(1, SeqCst);
-                let _bracket = WriteBracket(shard);
-                f(&self.inner)
-            }
+            Some(c) => c.shards().write(shard, || f(&self.inner)),
             None => f(&self.inner),
         }
     }
@@ -615,7 +600,7 @@ impl Cache {
                 continue;
             };
             if e.hash == h && *e.topic == *key {
-                // The hit's read (see `WriteBracket`), over the shards stored with the entry.
+                // The hit's read (see `Cached::write`), over the shards stored with the entry.
                 if shards.begun(&e.shards) == e.tag {
                     out.extend_from_slice(&e.ids);
                     stripe.hits.fetch_add(1, Relaxed);
@@ -624,12 +609,12 @@ impl Cache {
                 }
                 same = Some((way, p));
             } else {
-                others[way] = Some((way, p, e));
+                others[way] = Some((p, e));
             }
         }
         stripe.misses.fetch_add(1, Relaxed);
         let topic_shards = shards::of_topic(topic);
-        // R1, R2, C', R3 (see `WriteBracket`).
+        // R1, R2, C', R3 (see `Cached::write`).
         let g = shards.begun(&topic_shards);
         // A stale entry of the same topic shows it was seen before; otherwise the doorkeeper
         // answers (and marks it seen).
@@ -648,9 +633,11 @@ impl Cache {
         let stale = || {
             others
                 .iter()
-                .flatten()
-                .find(|(_, _, e)| e.tag != shards.begun(&e.shards))
-                .map(|&(way, p, _)| (way, p))
+                .enumerate()
+                .find_map(|(way, other)| match other {
+                    Some((p, e)) if e.tag != shards.begun(&e.shards) => Some((way, *p)),
+                    _ => None,
+                })
         };
         let (way, old, evicting) = match same.or(free).or_else(stale) {
             Some((way, old)) => (way, old, false),

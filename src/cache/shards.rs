@@ -23,7 +23,7 @@
 //! Each shard counts the writes that have begun and those that have ended; both only grow. A
 //! result is tagged with the sum of `begun` over its topic's shards: since every counter only
 //! grows, an equal sum means that no counter moved. The rule that uses them, and its proof,
-//! are at `Cache` in `mod.rs`.
+//! are at `Cached::write` in `mod.rs`.
 
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -47,9 +47,9 @@ pub(super) const SHARDS: usize = 2;
 
 /// One shard's counters. `begun` is what lookups read on every hit; both sit on one line,
 /// since the writer that bumps one bumps the other.
-pub(super) struct Shard {
-    pub(super) begun: AtomicU64,
-    pub(super) ended: AtomicU64,
+struct Shard {
+    begun: AtomicU64,
+    ended: AtomicU64,
 }
 
 impl Shard {
@@ -88,11 +88,16 @@ impl Shards {
         }
     }
 
-    pub(super) fn shard(&self, index: usize) -> &Shard {
-        &self.table[index]
+    /// Runs `write` in the bracket of shard `index`: B (`begun += 1`) before it, D
+    /// (`ended += 1`) after it, even if it panics.
+    pub(super) fn write<R>(&self, index: usize, write: impl FnOnce() -> R) -> R {
+        let shard = &self.table[index];
+        shard.begun.fetch_add(1, SeqCst);
+        let _ended = Ended(shard);
+        write()
     }
 
-    /// The sum of `begun` over `shards` (the R1 and R3 reads).
+    /// The sum of `begun` over `shards` (a hit's read, and R1 and R3).
     pub(super) fn begun(&self, shards: &TopicShards) -> u64 {
         shards
             .iter()
@@ -106,6 +111,15 @@ impl Shards {
             .iter()
             .map(|i| self.table[i].ended.load(SeqCst))
             .fold(0, u64::wrapping_add)
+    }
+}
+
+/// Ends a write's bracket (D) when dropped.
+struct Ended<'a>(&'a Shard);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, SeqCst);
     }
 }
 
@@ -250,11 +264,11 @@ mod tests {
     }
 }
 
-/// The protocol of `Cached` (`WriteBracket` in `mod.rs`) for one topic, `a.b`, with the shard
-/// counters and index functions of this file. The inner matcher's answer for the topic is a
-/// set of bits, each write adds one (a release store, as the inner matchers' writes publish),
-/// and the one slot holds an entry as `(tag, answer)`; a store may overwrite any entry, which
-/// allows more than the real compare-and-swap does.
+/// The protocol of `Cached` (`Cached::write` in `mod.rs`) for one topic, `a.b`, with the shard
+/// counters, the write bracket and the index functions of this file. The inner matcher's
+/// answer for the topic is a set of bits, each write adds one (a release store, as the inner
+/// matchers' writes publish), and the one slot holds an entry as `(tag, answer)`; a store may
+/// overwrite any entry, which allows more than the real compare-and-swap does.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
@@ -284,10 +298,9 @@ mod loom_tests {
         /// A write of `pattern` that adds `bit` to the topic's answer (0: changes nothing).
         fn write(&self, pattern: &str, bit: u64) {
             let p = Dialect::Amqp.parse_pattern(pattern).unwrap();
-            let shard = self.shards.shard(of_pattern(p.tokens()));
-            shard.begun.fetch_add(1, SeqCst);
-            self.answer.fetch_or(bit, Release);
-            shard.ended.fetch_add(1, SeqCst);
+            self.shards.write(of_pattern(p.tokens()), || {
+                self.answer.fetch_or(bit, Release);
+            });
         }
 
         fn lookup(&self) -> u64 {
