@@ -127,6 +127,11 @@ impl HashKey for Word {
     }
 }
 
+/// The hash a word map files `w` under, for [`CNode::word`].
+pub(crate) fn word_hash(w: &str) -> u64 {
+    w.hash64()
+}
+
 /// The hand-overs of a moving update of a word map (see `hamt.rs`).
 pub(crate) type WordMoves = Moves<Word, ()>;
 
@@ -171,6 +176,13 @@ impl CNode {
             Key::One => self.one.as_ref(),
             Key::Many => self.many.as_ref(),
         }
+    }
+
+    /// The branch of the word `w`, whose hash is `hash` ([`word_hash`]).
+    pub(crate) fn word(&self, w: &str, hash: u64) -> Option<&Branch> {
+        self.words
+            .get_key_value_hashed(hash, w)
+            .map(|(k, _)| &k.0.branch)
     }
 
     /// A copy with `key`'s branch replaced by `branch`, or removed if it is empty (invariant

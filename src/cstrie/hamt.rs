@@ -392,7 +392,18 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         K: Borrow<Q>,
         Q: HashKey + Eq + ?Sized,
     {
-        find(self.root.as_ref()?, key)
+        find(self.root.as_ref()?, key.hash64(), key)
+    }
+
+    /// [`get_key_value`](Self::get_key_value) with the key's hash already made: a lookup
+    /// hashes each topic word once and probes many levels with it.
+    pub(crate) fn get_key_value_hashed<Q>(&self, hash: u64, key: &Q) -> Option<(&K, &V)>
+    where
+        K: Borrow<Q>,
+        Q: HashKey + Eq + ?Sized,
+    {
+        debug_assert_eq!(hash, key.hash64());
+        find(self.root.as_ref()?, hash, key)
     }
 
     /// Whether `key` is in the map.
@@ -568,12 +579,11 @@ fn check<K: HashKey, V>(root: Option<&NodeRef<K, V>>, len: usize) -> Result<(), 
 }
 
 /// The stored key and value of `key` in the map below `root`.
-fn find<'a, K, V, Q>(root: &'a NodeRef<K, V>, key: &Q) -> Option<(&'a K, &'a V)>
+fn find<'a, K, V, Q>(root: &'a NodeRef<K, V>, hash: u64, key: &Q) -> Option<(&'a K, &'a V)>
 where
     K: HashKey + Borrow<Q>,
     Q: HashKey + Eq + ?Sized,
 {
-    let hash = key.hash64();
     let mut node = root;
     let mut shift = 0;
     loop {

@@ -57,14 +57,14 @@ mod inode;
 mod snapshot;
 mod validate;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
 
-use self::cnode::{Branch, CNode, Key, WordMoves};
+use self::cnode::{word_hash, Branch, CNode, Key, WordMoves};
 /// The memory of the word maps' and subscriber sets' nodes, which come from a pool of their
 /// own (`hamt/pool.rs`). Under loom they come from the global heap, and the pool stays empty.
 pub use self::hamt::pool::{stats as node_memory, NodeMemory};
@@ -513,58 +513,22 @@ impl Hasher for PtrHasher {
     }
 }
 
-/// Every I-node a lookup read, with the committed main node it saw: each I-node is read once
-/// per attempt, and the list is what the double collect re-reads.
+/// Every I-node a lookup read, with the committed main node it saw, in the order of the walk:
+/// the list the double collect re-reads.
+///
+/// Each live prefix reads the I-node below it once, when it is made, and keeps the C-node it
+/// saw ([`Live::next`]), so the walk never asks whether it read an I-node before. An I-node
+/// reached twice in one attempt (only repeated prefixes can, before they are deduplicated) is
+/// read and listed twice; if the two reads differ, the earlier no longer holds at the
+/// double collect, and the attempt retries.
 ///
 /// The order of reads is the order of the walk, never an order of addresses: a loom model
 /// replays each execution and requires every replay to make the same atomic operations in the
 /// same order, and allocation addresses differ from one execution to the next.
-///
-/// Most lookups read a handful of I-nodes, where a linear scan beats hashing and allocates
-/// nothing more: the index by address is built only once the list outgrows [`SCAN_MAX`].
-#[derive(Default)]
-struct Reads<'g> {
-    /// The reads, in the order they were made.
-    list: Vec<(&'g INode, Shared<'g, MainNode>)>,
-    /// I-node address to its position in `list`, kept once `list` is longer than `SCAN_MAX`.
-    index: HashMap<usize, usize, BuildHasherDefault<PtrHasher>>,
-}
+type Reads<'g> = Vec<(&'g INode, Shared<'g, MainNode>)>;
 
-/// Up to this many entries, `Reads` and `dedup_live` search linearly.
+/// Up to this many entries, `dedup_live` searches linearly.
 const SCAN_MAX: usize = 16;
-
-impl<'g> Reads<'g> {
-    fn clear(&mut self) {
-        self.list.clear();
-        self.index.clear();
-    }
-
-    /// The main node read from `x` in this attempt, if it was read.
-    fn get(&self, x: &INode) -> Option<Shared<'g, MainNode>> {
-        if self.list.len() <= SCAN_MAX {
-            self.list
-                .iter()
-                .find(|(y, _)| std::ptr::eq(*y, x))
-                .map(|&(_, m)| m)
-        } else {
-            self.index
-                .get(&(x as *const INode as usize))
-                .map(|&i| self.list[i].1)
-        }
-    }
-
-    fn push(&mut self, x: &'g INode, m: Shared<'g, MainNode>) {
-        self.list.push((x, m));
-        if self.list.len() == SCAN_MAX + 1 {
-            for (i, (y, _)) in self.list.iter().enumerate() {
-                self.index.insert(*y as *const INode as usize, i);
-            }
-        } else if self.list.len() > SCAN_MAX + 1 {
-            self.index
-                .insert(x as *const INode as usize, self.list.len() - 1);
-        }
-    }
-}
 
 /// Addresses already in the next set of live prefixes, for an order-keeping deduplication.
 type Seen = HashSet<usize, BuildHasherDefault<PtrHasher>>;
@@ -591,27 +555,47 @@ fn dedup_live(live: &mut Vec<Live<'_>>, seen: &mut Seen) {
 /// A live pattern prefix during a lookup.
 #[derive(Clone, Copy)]
 struct Live<'g> {
-    /// Identity for deduplication: the branch's address (stable while pinned, since each
-    /// I-node is read once per attempt), or the root I-node's for the empty prefix.
+    /// Identity for deduplication: the branch's address (stable while pinned), or the root
+    /// I-node's for the empty prefix.
     id: usize,
     subs: &'g PSet,
-    next: Option<&'g INode>,
+    /// The level below the prefix, as this attempt read it when the prefix was made; `None`
+    /// where there is none (no I-node, a tomb, or not needed: see [`CSTrie::live`]).
+    next: Option<&'g CNode>,
     /// Whether the prefix ends with the many-words wildcard, which absorbs further words.
     many: bool,
 }
 
 impl CSTrie {
-    /// The C-node of `x` as this attempt sees it; `None` for a tomb, which holds nothing.
+    /// The C-node of `x` as this attempt sees it, listed in `reads`; `None` for a tomb, which
+    /// holds nothing.
     fn read<'g>(&self, x: &'g INode, reads: &mut Reads<'g>, guard: &'g Guard) -> Option<&'g CNode> {
-        let m = match reads.get(x) {
-            Some(m) => m,
-            None => {
-                let m = self.gcas_read(x, guard);
-                reads.push(x, m);
-                m
-            }
-        };
+        let m = self.gcas_read(x, guard);
+        reads.push((x, m));
         Self::cnode(m)
+    }
+
+    /// The live prefix that ends with branch `b`. Its level below is read now, once, unless
+    /// `read_next` is false (the topic's last word in a dialect whose many-words wildcard
+    /// needs a word: nothing below the prefix can match any more).
+    fn live<'g>(
+        &self,
+        b: &'g Branch,
+        many: bool,
+        read_next: bool,
+        reads: &mut Reads<'g>,
+        guard: &'g Guard,
+    ) -> Live<'g> {
+        let next = match (read_next, b.next.as_deref()) {
+            (true, Some(x)) => self.read(x, reads, guard),
+            _ => None,
+        };
+        Live {
+            id: b as *const Branch as usize,
+            subs: &b.subs,
+            next,
+            many,
+        }
     }
 
     /// Adds `p` to `live`, and the chain of many-words branches below it when `#` may match
@@ -628,12 +612,8 @@ impl CSTrie {
         if !zero_or_more {
             return;
         }
-        while let Some(many) = p
-            .next
-            .and_then(|x| self.read(x, reads, guard))
-            .and_then(|cn| cn.many.as_ref())
-        {
-            p = live_branch(many, true);
+        while let Some(many) = p.next.and_then(|cn| cn.many.as_ref()) {
+            p = self.live(many, true, true, reads, guard);
             live.push(p);
         }
     }
@@ -655,7 +635,7 @@ impl CSTrie {
         let start = Live {
             id: root as *const INode as usize,
             subs: &root_cn.here,
-            next: Some(root),
+            next: Some(root_cn),
             many: false,
         };
         let mut live: Vec<Live<'g>> = Vec::with_capacity(8);
@@ -667,27 +647,34 @@ impl CSTrie {
         } else {
             self.enter(start, zero_or_more, &mut live, reads, guard);
         }
-        for (pos, word) in topic.words().iter().enumerate() {
+        let words = topic.words();
+        for (pos, word) in words.iter().enumerate() {
             next.clear();
             let wildcards_allowed = !(pos == 0 && topic.is_dollar());
+            // Past the last word only a zero-words `#` below a prefix can still match.
+            let read_next = zero_or_more || pos + 1 < words.len();
+            // Hashed once for every level it is looked up in.
+            let hash = word_hash(word);
             for &p in &live {
                 if p.many {
                     // A many-words wildcard absorbs this word too.
                     next.push(p);
                 }
-                let Some(cn) = p.next.and_then(|x| self.read(x, reads, guard)) else {
+                let Some(cn) = p.next else {
                     continue;
                 };
-                if let Some(b) = cn.get(Key::Word(word)) {
-                    self.enter(live_branch(b, false), zero_or_more, &mut next, reads, guard);
+                if let Some(b) = cn.word(word, hash) {
+                    let b = self.live(b, false, read_next, reads, guard);
+                    self.enter(b, zero_or_more, &mut next, reads, guard);
                 }
                 if wildcards_allowed {
                     if let Some(b) = &cn.one {
-                        self.enter(live_branch(b, false), zero_or_more, &mut next, reads, guard);
+                        let b = self.live(b, false, read_next, reads, guard);
+                        self.enter(b, zero_or_more, &mut next, reads, guard);
                     }
                     if let (false, Some(b)) = (zero_or_more, &cn.many) {
                         // NATS `>`: the wildcard takes this word as its first.
-                        next.push(live_branch(b, true));
+                        next.push(self.live(b, true, read_next, reads, guard));
                     }
                 }
             }
@@ -706,10 +693,7 @@ impl CSTrie {
     /// The double collect: whether every I-node read (and the root) is unchanged.
     fn unchanged<'g>(&self, root: &'g INode, reads: &Reads<'g>, guard: &'g Guard) -> bool {
         std::ptr::eq(self.rdcss_read_root(false, guard), root)
-            && reads
-                .list
-                .iter()
-                .all(|&(x, m)| self.gcas_read(x, guard) == m)
+            && reads.iter().all(|&(x, m)| self.gcas_read(x, guard) == m)
     }
 
     /// The pattern word a branch key stands for, in this trie's dialect.
@@ -765,15 +749,6 @@ impl CSTrie {
     }
 }
 
-fn live_branch(b: &Branch, many: bool) -> Live<'_> {
-    Live {
-        id: b as *const Branch as usize,
-        subs: &b.subs,
-        next: b.next.as_deref(),
-        many,
-    }
-}
-
 impl Matcher for CSTrie {
     fn dialect(&self) -> Dialect {
         self.dialect
@@ -812,10 +787,7 @@ impl Matcher for CSTrie {
         let start = out.len();
         {
             let guard = &self.pin();
-            let mut reads = Reads {
-                list: Vec::with_capacity(8),
-                index: HashMap::default(),
-            };
+            let mut reads: Reads<'_> = Vec::with_capacity(16);
             let attempts = if self.read_only { 1 } else { LOOKUP_ATTEMPTS };
             for _ in 0..attempts {
                 reads.clear();

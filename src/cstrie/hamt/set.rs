@@ -57,7 +57,7 @@ impl PSet {
     pub(crate) fn contains(&self, id: u32) -> bool {
         match &self.0 {
             Repr::Small(one) => *one == Some(id),
-            Repr::Many { root, .. } => find(root, &id).is_some(),
+            Repr::Many { root, .. } => find(root, id.hash64(), &id).is_some(),
         }
     }
 
