@@ -14,13 +14,18 @@
 //! - the wait to take the GIL back, timed on every release and kept as a moving average for
 //!   the process ([`Policy`]).
 //!
-//! A batch releases when the work left is at least [`MIN_RELEASE`] and either another call of
-//! this module is in flight on another thread, or the work left is at least the expected wait:
+//! A batch releases when the work left is at least [`MIN_RELEASE`], or [`MIN_PARALLEL`] when
+//! another thread has called this module within [`ACTIVE_WINDOW`] ([`Callers`]), or when the
+//! work left is at least the expected wait:
 //!
-//! - Beside other lookups, every batch worth [`MIN_RELEASE`] releases, so that they run in
-//!   parallel. Their waits are short as long as they all release; were each thread to judge
-//!   by its waits alone, one that kept the GIL would make the others' waits long, and all
-//!   would end up keeping it (measured: four threads on two cores fell to one thread's rate).
+//! - Beside other threads that use the module, a batch releases from [`MIN_PARALLEL`] of work,
+//!   so that the lookups run in parallel while the GIL is held only to convert results. The
+//!   other threads' waits are short as long as every thread releases; were each thread to
+//!   judge by its waits alone, one that kept the GIL would make the others' waits long, and
+//!   all would end up keeping it (measured: four threads on two cores fell to one thread's
+//!   rate). "Beside" is a recent call, not a call in flight: a thread that keeps the GIL
+//!   never sees the other thread in flight, because that thread waits for the GIL outside
+//!   any call, and only the interpreter's switch interval (5 ms) would hand it over.
 //! - Alone in this module, the caller competes only with other Python code, and releases when
 //!   the work left repays the expected wait, and always from [`SWITCH_INTERVAL`] of work left:
 //!   held work in Rust never yields to the interpreter's switch requests, so keeping the GIL
@@ -29,8 +34,11 @@
 //!   the GIL between the two by switch intervals), and the busy thread runs meanwhile. While
 //!   the expected wait forbids releasing, one release per [`PROBE_EVERY`] still goes ahead, so
 //!   the average follows when the busy thread goes away. Only these releases feed the average.
+//!
+//! Writes (`subscribe`, `unsubscribe`) release around the core's write only beside other
+//! threads of this module ([`write`]): alone, the release would cost more than the write.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -40,6 +48,21 @@ use pyo3::types::PyDict;
 /// The shortest work worth releasing for, even when the GIL comes back at once: below it,
 /// the release and the result conversion cost as much as the parallel work gains.
 pub(crate) const MIN_RELEASE: Duration = Duration::from_micros(100);
+
+/// The shortest work worth releasing for when other threads use the module. Each release
+/// then hands the GIL to a sleeping thread and takes it back from one: two wake-ups, which
+/// cost tens of microseconds on a virtual machine. Measured here with two threads on cached
+/// lookups (BENCHMARKS.md, "Python threads"): batches with 18 µs of work left ran 0.72x one
+/// thread when they released and 0.84x when they kept the GIL; with 37 µs left, 1.47x
+/// released against 0.92x kept.
+pub(crate) const MIN_PARALLEL: Duration = Duration::from_micros(25);
+
+/// How recent another thread's call must be for the module to count as shared: two switch
+/// intervals, so a thread that waits out one for the GIL still counts.
+const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
+
+/// How long a batch beside other threads runs with the GIL held before it estimates the rest.
+const PROBE_PARALLEL: Duration = Duration::from_micros(1);
 
 /// CPython's default switch interval (`sys.getswitchinterval()`): the longest a thread that
 /// wants the GIL waits before the interpreter makes the holder give it up. Held work in Rust
@@ -69,8 +92,8 @@ pub(crate) struct Policy {
     wait_ns: AtomicU64,
     /// When a release was last tried against the average, in nanoseconds since `epoch`.
     last_probe_ns: AtomicU64,
-    /// Calls of this module running now, on any thread.
-    in_flight: AtomicUsize,
+    /// The threads that called this module last.
+    callers: Callers,
     released: AtomicU64,
     kept: AtomicU64,
 }
@@ -78,25 +101,75 @@ pub(crate) struct Policy {
 static POLICY: Policy = Policy {
     wait_ns: AtomicU64::new(0),
     last_probe_ns: AtomicU64::new(0),
-    in_flight: AtomicUsize::new(0),
+    callers: Callers::new(),
     released: AtomicU64::new(0),
     kept: AtomicU64::new(0),
 };
 
-/// Counts a call as in flight for as long as it lives.
-struct InFlight;
+/// The last two distinct threads that called this module, each with the time of its latest
+/// call: enough to tell a thread whether another uses the module now. Each word packs a
+/// thread's token (high 16 bits) and a time in microseconds since [`since_start`]'s start.
+///
+/// The updates are plain loads and stores, not a compare-and-swap loop: two threads updating
+/// at once may lose one stamp, which the next call puts back, and a wrong answer costs one
+/// release too many or too few, never a wrong result.
+struct Callers {
+    latest: AtomicU64,
+    other: AtomicU64,
+}
 
-impl InFlight {
-    fn enter() -> Self {
-        POLICY.in_flight.fetch_add(1, Relaxed);
-        InFlight
+const TOKEN_SHIFT: u32 = 48;
+const TIME_MASK: u64 = (1 << TOKEN_SHIFT) - 1;
+
+/// A thread refreshes its own stamp at most this often (microseconds), so a thread alone
+/// writes the shared word once a millisecond, not once a call.
+const RESTAMP_US: u64 = 1000;
+
+impl Callers {
+    const fn new() -> Self {
+        Callers {
+            latest: AtomicU64::new(0),
+            other: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a call of this thread, and says whether another thread called within
+    /// [`ACTIVE_WINDOW`].
+    fn stamp(&self) -> bool {
+        let me = thread_token();
+        let now = (since_start() / 1000) & TIME_MASK;
+        let recent = |word: u64| {
+            word >> TOKEN_SHIFT != me
+                && word != 0
+                && now.saturating_sub(word & TIME_MASK) < nanos(ACTIVE_WINDOW) / 1000
+        };
+        let latest = self.latest.load(Relaxed);
+        let other = self.other.load(Relaxed);
+        let shared = recent(latest) || recent(other);
+        let stamp = me << TOKEN_SHIFT | now;
+        if latest >> TOKEN_SHIFT != me {
+            self.other.store(latest, Relaxed);
+            self.latest.store(stamp, Relaxed);
+        } else if now.saturating_sub(latest & TIME_MASK) >= RESTAMP_US {
+            self.latest.store(stamp, Relaxed);
+        }
+        shared
     }
 }
 
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        POLICY.in_flight.fetch_sub(1, Relaxed);
+/// This thread's token for [`Callers`]: a small number taken once per thread (tokens wrap
+/// after 65,535 threads; two threads sharing one only look alone to each other).
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Relaxed) % (1 << 16);
     }
+    TOKEN.with(|t| *t)
+}
+
+/// Records a call of this thread; true if another thread uses the module now.
+pub(crate) fn shared() -> bool {
+    POLICY.callers.stamp()
 }
 
 /// A decision to release the GIL, and whether its wait should feed the average.
@@ -116,13 +189,17 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl Policy {
-    /// Whether work of about `left` pays for a release, for a call counted in `in_flight`.
-    /// Counts the decision.
-    fn decide(&self, left: Duration) -> Decision {
-        let decision = if left < MIN_RELEASE {
+    /// Whether work of about `left` pays for a release, for a call that found the module
+    /// `shared` with other threads. Counts the decision.
+    fn decide(&self, left: Duration, shared: bool) -> Decision {
+        let decision = if shared {
+            if left >= MIN_PARALLEL {
+                Decision::Release { learn: false }
+            } else {
+                Decision::Keep
+            }
+        } else if left < MIN_RELEASE {
             Decision::Keep
-        } else if self.in_flight.load(Relaxed) > 1 {
-            Decision::Release { learn: false }
         } else if left >= SWITCH_INTERVAL
             || nanos(left) >= self.wait_ns.load(Relaxed)
             || self.probe_due()
@@ -158,6 +235,22 @@ impl Policy {
     }
 }
 
+/// Runs a write `f`, with the GIL released if other threads use this module now: alone, the
+/// release would cost more than a write of a microsecond; beside them, keeping the GIL through
+/// the write (and through a wait for the `Trie`'s lock) would stall their conversions.
+pub(crate) fn write<T, F>(py: Python<'_>, f: F) -> T
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    if shared() {
+        POLICY.released.fetch_add(1, Relaxed);
+        detach_timed(py, f, false)
+    } else {
+        f()
+    }
+}
+
 /// Runs `f` with the GIL released: for calls that always release (bulk writes, full
 /// listings), whose length is not known in advance but is rarely short.
 pub(crate) fn detach<T, F>(py: Python<'_>, f: F) -> T
@@ -165,7 +258,7 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    let _call = InFlight::enter();
+    shared();
     detach_timed(py, f, false)
 }
 
@@ -192,12 +285,13 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
+    let shared = shared();
     if estimate < MIN_RELEASE {
-        // A single index lookup: no decision to make or count.
+        // A single index lookup: no decision to make or count. Its stamp still tells batch
+        // threads beside it to release, or it would wait out their switch intervals.
         return f();
     }
-    let _call = InFlight::enter();
-    match POLICY.decide(estimate) {
+    match POLICY.decide(estimate, shared) {
         Decision::Release { learn } => detach_timed(py, f, learn),
         Decision::Keep => f(),
     }
@@ -221,9 +315,10 @@ where
     S: Fn(usize) -> PyResult<T> + Sync,
     K: FnMut(Vec<T>) -> PyResult<()>,
 {
-    let _call = InFlight::enter();
     let mut next = 0;
     while next < n {
+        let shared = shared();
+        let probe = if shared { PROBE_PARALLEL } else { PROBE };
         // Pinned from the core's read to the conversion: see `Registry`.
         let guard = crossbeam_epoch::pin();
         let first = next;
@@ -234,18 +329,18 @@ where
             while next < held_end {
                 out.push(step(next)?);
                 next += 1;
-                if (next - first) % CLOCK_EVERY == 0 && start.elapsed() >= PROBE {
+                if (next - first) % CLOCK_EVERY == 0 && start.elapsed() >= probe {
                     break;
                 }
             }
             let each = start.elapsed() / u32::try_from(next - first).unwrap_or(u32::MAX);
             if next < n {
-                POLICY.decide(each.saturating_mul(count(n - next)))
+                POLICY.decide(each.saturating_mul(count(n - next)), shared)
             } else {
                 Decision::Keep
             }
         } else {
-            POLICY.decide(per_item.saturating_mul(count(n - next)))
+            POLICY.decide(per_item.saturating_mul(count(n - next)), shared)
         };
         if let Decision::Release { learn } = release {
             let work = || {

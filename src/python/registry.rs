@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
 use crate::matcher::SubscriberId;
 
@@ -242,6 +242,28 @@ impl Registry {
                     .get(id as usize)?
                     .as_ref()
                     .map(|o| o.bind(py).clone())
+            })
+            .collect()
+    }
+
+    /// One list of objects per id list, under one read of the table: a batch's conversion.
+    /// Same guard rule as `objects`.
+    pub(crate) fn lists<'py>(
+        &self,
+        py: Python<'py>,
+        results: &[Vec<SubscriberId>],
+    ) -> PyResult<Vec<Bound<'py, PyList>>> {
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        results
+            .iter()
+            .map(|ids| {
+                let objs = ids.iter().filter_map(|&id| {
+                    objects
+                        .get(id as usize)?
+                        .as_ref()
+                        .map(|o| o.bind(py).clone())
+                });
+                PyList::new(py, objs.collect::<Vec<_>>())
             })
             .collect()
     }

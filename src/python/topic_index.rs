@@ -123,8 +123,10 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     ) -> PyResult<bool> {
         self.writable()?;
         let pattern = self.pattern(pattern)?;
-        self.registry
-            .adding(subscriber, |id| Ok(self.core.subscribe(&pattern, id)))
+        let core = &self.core;
+        self.registry.adding(subscriber, |id| {
+            Ok(gil::write(subscriber.py(), || core.subscribe(&pattern, id)))
+        })
     }
 
     /// Subscribes many pairs: all patterns are checked before any is added, and the core work
@@ -201,8 +203,11 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     ) -> PyResult<bool> {
         self.writable()?;
         let pattern = self.pattern(pattern)?;
+        let core = &self.core;
         let removed = self.registry.removing(subscriber, |id| {
-            Ok(usize::from(self.core.unsubscribe(&pattern, id)))
+            Ok(usize::from(gil::write(subscriber.py(), || {
+                core.unsubscribe(&pattern, id)
+            })))
         })?;
         Ok(removed == 1)
     }
@@ -246,9 +251,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             Ok(core.lookup(&topic))
         };
         gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |results| {
-            for ids in &results {
-                lists.push(PyList::new(py, self.registry.objects(py, ids))?);
-            }
+            lists.extend(self.registry.lists(py, &results)?);
             Ok(())
         })?;
         PyList::new(py, lists)

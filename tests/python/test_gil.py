@@ -45,7 +45,8 @@ def test_a_single_index_lookup_decides_nothing():
 
 
 def test_a_scan_of_many_patterns_releases_beside_another_call():
-    # Another call in flight makes every call worth 100 µs release, whatever the waits were.
+    # Another thread calling topicmatch makes every call worth 25 µs release, whatever the
+    # waits were.
     m = tm.NaiveMatcher("mqtt", [(f"p/{i}/#", i) for i in range(20_000)])
     other = tm.Trie("mqtt", SUBS)
     stop = threading.Event()
@@ -65,6 +66,46 @@ def test_a_scan_of_many_patterns_releases_beside_another_call():
     finally:
         stop.set()
         t.join()
+
+
+def _released_by(write, seconds: float = 5.0) -> bool:
+    """Whether `write()` released the GIL within `seconds` of tries."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        released, _ = _stats()
+        write()
+        if _stats()[0] > released:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("cls", [tm.Trie, tm.CSTrie])
+def test_writes_release_the_gil_only_beside_other_threads(cls):
+    m = cls("mqtt", SUBS)
+    other = tm.Trie("mqtt", SUBS)
+
+    def churn() -> None:
+        m.subscribe("a/b", "w")
+        m.unsubscribe("a/b", "w")
+
+    # Alone (once earlier tests' threads are past the 10 ms window), writes keep the GIL.
+    time.sleep(0.05)
+    assert not _released_by(churn, seconds=0.05)
+
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            other.lookup("x/y")
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        assert _released_by(churn)
+    finally:
+        stop.set()
+        t.join()
+    assert m.lookup("a/b") == ["s2"]  # "w" came and went; "a/#" stays
 
 
 def test_an_invalid_topic_late_in_a_released_batch_raises_with_its_index():
