@@ -58,7 +58,10 @@ class Profile:
     headline_size: int = 10_000
     #: Batch sizes of the GIL-convoy runs (NaiveMatcher stops at `NAIVE_BATCH_MAX`).
     batches: tuple[int, ...] = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
-    threads: tuple[int, ...] = (1, 2, 4)
+    #: Subscription counts, batch sizes and rounds of the `threads` and `churn` sections.
+    thread_sizes: tuple[int, ...] = (10_000, 100_000)
+    thread_batches: tuple[int, ...] = (64, 2000)
+    rounds: int = 3
 
 
 PROFILES = {
@@ -93,7 +96,9 @@ PROFILES = {
         fanout_size=200,
         headline_size=300,
         batches=(1, 8),
-        threads=(1, 2),
+        thread_sizes=(300,),
+        thread_batches=(8,),
+        rounds=1,
     ),
 }
 
@@ -381,112 +386,178 @@ def _memory_probe(impl_name: str, n: int) -> None:
     print(json.dumps({"rss_bytes": rss_bytes() - before}))
 
 
-def _run_threads(n: int, body: Callable[[int], None]) -> float:
-    """Runs `body(i)` on `n` threads started together; returns the wall time."""
-    barrier = threading.Barrier(n + 1)
+#: The matchers of the `threads` and `churn` sections: the two tries, bare and cached.
+THREAD_VARIANTS = (
+    ("Trie", "Trie", {"cache_size": 0}),
+    ("CSTrie", "CSTrie", {"cache_size": 0}),
+    ("Trie (cached)", "Trie", {}),
+    ("CSTrie (cached)", "CSTrie", {}),
+)
+
+#: Topics each thread cycles through in the `threads` section.
+THREAD_TOPICS = 2000
+
+
+def _rate_window(
+    bodies: Sequence[Callable[[Callable[[], bool], list[int], int], None]],
+    seconds: float,
+    counted: int,
+) -> list[float]:
+    """Runs each of `bodies` on a thread of its own, all started together and alive for the
+    whole window, and returns each counted thread's items per second over `seconds`, measured
+    after a warm-up. Body `i` is called as `body(stopped, counts, i)` and adds to `counts[i]`
+    until `stopped()`."""
+    stop = threading.Event()
+    counts = [0] * len(bodies)
+    ready = threading.Barrier(len(bodies) + 1)
 
     def run(i: int) -> None:
-        barrier.wait()
-        body(i)
+        ready.wait()
+        bodies[i](stop.is_set, counts, i)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
     for t in threads:
         t.start()
-    barrier.wait()
-    start = time.perf_counter()
+    ready.wait()
+    time.sleep(min(0.05, seconds))
+    c0, t0 = list(counts), time.perf_counter()
+    time.sleep(seconds)
+    c1, t1 = list(counts), time.perf_counter()
+    stop.set()
     for t in threads:
         t.join()
-    return time.perf_counter() - start
+    return [(c1[i] - c0[i]) / (t1 - t0) for i in range(counted)]
+
+
+def _median_spread(xs: Sequence[float]) -> tuple[float, float, float]:
+    s = sorted(xs)
+    return s[len(s) // 2], s[0], s[-1]
+
+
+def _lookup_body(m: Any, topics: list[str], batch: int):
+    """A reader thread's loop: `lookup_many` over `topics` in batches, or single `lookup`
+    calls for `batch == 0`."""
+    if batch == 0:
+
+        def body(stopped, counts, i) -> None:
+            while not stopped():
+                for t in topics:
+                    m.lookup(t)
+                counts[i] += len(topics)
+
+    else:
+        chunks = [topics[j : j + batch] for j in range(0, len(topics) - batch + 1, batch)]
+
+        def body(stopped, counts, i) -> None:
+            while not stopped():
+                for c in chunks:
+                    m.lookup_many(c)
+                    counts[i] += len(c)
+
+    return body
+
+
+def _one_and_two(make_body: Callable[[int], Any], profile: Profile) -> dict[str, Any]:
+    """One thread's rate and two threads' summed rate, in alternating windows; the ratio's
+    median and spread over `profile.rounds` rounds."""
+    ones, twos, ratios = [], [], []
+    for _ in range(profile.rounds):
+        one = sum(_rate_window([make_body(0)], profile.min_time, 1))
+        two = sum(_rate_window([make_body(0), make_body(1)], profile.min_time, 2))
+        ones.append(one)
+        twos.append(two)
+        ratios.append(two / one if one else 0.0)
+    ratio, lo, hi = _median_spread(ratios)
+    return {
+        "one_thread": _median_spread(ones)[0],
+        "two_threads": _median_spread(twos)[0],
+        "ratio": ratio,
+        "ratio_min": lo,
+        "ratio_max": hi,
+    }
 
 
 def thread_scaling(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Topics per second of `lookup_many` (batches of 256) from 1, 2 and 4 Python threads on
-    one matcher; `mixed` at the headline size."""
-    n = profile.headline_size
-    w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
-    batch = min(256, len(w.topics))
-    chunks = [w.topics[i : i + batch] for i in range(0, len(w.topics) - batch + 1, batch)]
+    """Two Python threads against one on the same matcher: `lookup_many` in batches and single
+    `lookup` calls, on the `mixed` workload, each thread cycling through topics of its own
+    (`distinct`) or both through the same ones (`hot`). Threads live for the whole window; one
+    and two threads alternate, and the ratio is reported with its spread."""
     rows = []
-    for cls in matcher_classes():
-        m = cls("mqtt", w.subscriptions)
-        per_round = sum(len(c) for c in chunks)
-        # Calibrate so that one thread's share takes about min_time.
-        t1 = _run_threads(1, lambda i, m=m: [m.lookup_many(c) for c in chunks])
-        reps = max(1, int(profile.min_time / max(t1, 1e-6)))
-        for k in profile.threads:
-
-            def body(i: int, m=m, reps=reps) -> None:
-                for _ in range(reps):
-                    for c in chunks:
-                        m.lookup_many(c)
-
-            g0 = _core._gil_stats()
-            wall = _run_threads(k, body)
-            rows.append(
-                {
-                    "impl": cls.__name__,
-                    "threads": k,
-                    "topics_per_s": k * reps * per_round / wall,
-                    "released": _released(g0, _core._gil_stats()),
-                }
-            )
-            log(
-                f"  {cls.__name__} {k} threads: {rows[-1]['topics_per_s']:,.0f} topics/s "
-                f"(released {rows[-1]['released']:.0%})"
-            )
+    for n in profile.thread_sizes:
+        w = workload.mixed(n, 2 * THREAD_TOPICS, "mqtt", seed=0)
+        own = [w.topics[:THREAD_TOPICS], w.topics[THREAD_TOPICS:]]
+        for label, cls_name, kwargs in THREAD_VARIANTS:
+            m = getattr(tm, cls_name)("mqtt", w.subscriptions, **kwargs)
+            for batch in (*profile.thread_batches, 0):
+                for mode in ("distinct", "hot"):
+                    sets = own if mode == "distinct" else [own[0], own[0]]
+                    g0 = _core._gil_stats()
+                    cell = _one_and_two(
+                        lambda i, m=m, sets=sets, batch=batch: _lookup_body(m, sets[i], batch),
+                        profile,
+                    )
+                    rows.append(
+                        {
+                            "impl": label,
+                            "n": n,
+                            "call": "lookup" if batch == 0 else f"lookup_many[{batch}]",
+                            "topics": mode,
+                            **cell,
+                            "released": _released(g0, _core._gil_stats()),
+                        }
+                    )
+                    log(
+                        f"  n={n:,} {label} {rows[-1]['call']} {mode}: 1 thread "
+                        f"{cell['one_thread']:,.0f}/s, 2 threads / 1 = {cell['ratio']:.2f} "
+                        f"[{cell['ratio_min']:.2f}-{cell['ratio_max']:.2f}]"
+                    )
     return rows
 
 
 def churn(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Two reader threads on `lookup_many` while one writer subscribes and unsubscribes as fast
-    as it can, against the same readers alone."""
-    n = profile.headline_size
-    w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+    """Two reader threads on `lookup_many` (batches of 256) with and without a writer thread
+    that subscribes and unsubscribes as fast as it can, in alternating windows: the share of
+    their rate the readers keep, with its spread."""
     churn_subs = workload.mixed(1000, 0, "mqtt", seed=1).subscriptions
-    batch = min(256, len(w.topics))
-    chunks = [w.topics[i : i + batch] for i in range(0, len(w.topics) - batch + 1, batch)]
     rows = []
-    for cls in matcher_classes():
-        m = cls("mqtt", w.subscriptions)
-        for writer in (False, True):
-            stop = threading.Event()
-            counts = [0, 0, 0]
+    for n in profile.thread_sizes:
+        w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+        batch = min(256, len(w.topics))
+        for label, cls_name, kwargs in THREAD_VARIANTS:
+            m = getattr(tm, cls_name)("mqtt", w.subscriptions, **kwargs)
+            reader = _lookup_body(m, w.topics, batch)
 
-            def reader(i: int, m=m, stop=stop, counts=counts) -> None:
-                while not stop.is_set():
-                    for c in chunks:
-                        m.lookup_many(c)
-                        counts[i] += len(c)
-
-            def write(m=m, stop=stop, counts=counts) -> None:
-                while not stop.is_set():
+            def write(stopped, counts, i, m=m) -> None:
+                while not stopped():
                     for p, s in churn_subs:
                         m.subscribe(p, ("churn", s))
                         m.unsubscribe(p, ("churn", s))
-                        counts[2] += 2
+                        counts[i] += 2
 
-            threads = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
-            if writer:
-                threads.append(threading.Thread(target=write))
-            start = time.perf_counter()
-            for t in threads:
-                t.start()
-            time.sleep(max(profile.min_time * 2, 0.01))
-            stop.set()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - start
+            alone, beside, kept, writes = [], [], [], []
+            for _ in range(profile.rounds):
+                a = sum(_rate_window([reader, reader], profile.min_time, 2))
+                rates = _rate_window([reader, reader, write], profile.min_time, 3)
+                alone.append(a)
+                beside.append(rates[0] + rates[1])
+                writes.append(rates[2])
+                kept.append((rates[0] + rates[1]) / a if a else 0.0)
+            ratio, lo, hi = _median_spread(kept)
             rows.append(
                 {
-                    "impl": cls.__name__,
-                    "writer": writer,
-                    "reader_topics_per_s": (counts[0] + counts[1]) / wall,
-                    "writer_ops_per_s": counts[2] / wall,
+                    "impl": label,
+                    "n": n,
+                    "alone": _median_spread(alone)[0],
+                    "beside": _median_spread(beside)[0],
+                    "kept": ratio,
+                    "kept_min": lo,
+                    "kept_max": hi,
+                    "writer_ops_per_s": _median_spread(writes)[0],
                 }
             )
             log(
-                f"  {cls.__name__} writer={writer}: readers "
-                f"{rows[-1]['reader_topics_per_s']:,.0f} topics/s, writer "
+                f"  n={n:,} {label}: readers alone {rows[-1]['alone']:,.0f} topics/s, kept "
+                f"{ratio:.2f} [{lo:.2f}-{hi:.2f}] beside a writer at "
                 f"{rows[-1]['writer_ops_per_s']:,.0f} ops/s"
             )
     return rows
@@ -721,15 +792,28 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     if "threads" in results:
         parts += [
-            "## lookup_many from Python threads (topics/s, batches of 256)",
+            "## Two Python threads against one (topics/s; ratio: median [least-greatest])",
             "",
             _table(
-                ["matcher", "threads", "topics/s", "GIL released"],
+                [
+                    "matcher",
+                    "n",
+                    "call",
+                    "topics",
+                    "1 thread",
+                    "2 threads",
+                    "2 / 1",
+                    "GIL released",
+                ],
                 [
                     [
                         r["impl"],
-                        r["threads"],
-                        f"{r['topics_per_s']:,.0f}",
+                        f"{r['n']:,}",
+                        r["call"],
+                        r["topics"],
+                        f"{r['one_thread']:,.0f}",
+                        f"{r['two_threads']:,.0f}",
+                        f"{r['ratio']:.2f} [{r['ratio_min']:.2f}-{r['ratio_max']:.2f}]",
                         f"{r.get('released', 0.0):.0%}",
                     ]
                     for r in results["threads"]
@@ -739,15 +823,24 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     if "churn" in results:
         parts += [
-            "## Two readers with and without a writer churning subscriptions",
+            "## Two readers beside a writer thread churning subscriptions",
             "",
             _table(
-                ["matcher", "writer", "reader topics/s", "writer ops/s"],
+                [
+                    "matcher",
+                    "n",
+                    "readers alone (topics/s)",
+                    "beside the writer",
+                    "kept",
+                    "writer ops/s",
+                ],
                 [
                     [
                         r["impl"],
-                        "yes" if r["writer"] else "no",
-                        f"{r['reader_topics_per_s']:,.0f}",
+                        f"{r['n']:,}",
+                        f"{r['alone']:,.0f}",
+                        f"{r['beside']:,.0f}",
+                        f"{r['kept']:.2f} [{r['kept_min']:.2f}-{r['kept_max']:.2f}]",
                         f"{r['writer_ops_per_s']:,.0f}",
                     ]
                     for r in results["churn"]
@@ -881,13 +974,16 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         written.append(_save(fig, out / "memory.png"))
     if results.get("threads"):
         rows = results["threads"]
-        fig, ax = _lines(plt, rows, lambda r: (r["threads"], r["topics_per_s"]), (6, 4))
-        ax.set_xticks(sorted({r["threads"] for r in rows}))
-        ax.set_xlabel("Python threads calling lookup_many")
-        ax.set_ylabel("topics/s (all threads)")
-        ax.set_title("Thread scaling")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        n = max(r["n"] for r in rows)
+        rows = [r for r in rows if r["n"] == n]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        labels = [f"{r['impl']}\n{r['call']} {r['topics']}" for r in rows]
+        ax.bar(range(len(rows)), [r["ratio"] for r in rows], color="tab:blue")
+        ax.axhline(2.0, color="gray", lw=0.8, ls="--")
+        ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=6)
+        ax.set_ylabel("two threads' topics/s over one thread's")
+        ax.set_title(f"Two Python threads against one, {n:,} subscriptions")
+        ax.grid(True, axis="y", alpha=0.3)
         written.append(_save(fig, out / "threads.png"))
     if results.get("gil"):
         rows = [r for r in results["gil"] if r["batch"] > 0]
