@@ -127,7 +127,7 @@ impl HeadersMatcherPy {
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
         let ids = gil::detach(py, || core.lookup(&pairs));
-        let list = PyList::new(py, self.registry.objects(py, &ids));
+        let list = self.registry.list(py, &ids);
         drop(guard);
         list
     }

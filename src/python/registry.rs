@@ -228,26 +228,19 @@ impl Registry {
         }
     }
 
-    /// Turns ids into their objects. Caller holds an epoch guard taken before the ids were read
-    /// from the core; an id released since then is skipped (its removal came first).
-    pub(crate) fn objects<'py>(
+    /// The list of the objects of `ids`. Caller holds an epoch guard taken before the ids were
+    /// read from the core; an id released since then is skipped (its removal came first).
+    pub(crate) fn list<'py>(
         &self,
         py: Python<'py>,
         ids: &[SubscriberId],
-    ) -> Vec<Bound<'py, PyAny>> {
+    ) -> PyResult<Bound<'py, PyList>> {
         let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
-        ids.iter()
-            .filter_map(|&id| {
-                objects
-                    .get(id as usize)?
-                    .as_ref()
-                    .map(|o| o.bind(py).clone())
-            })
-            .collect()
+        list_of(py, &objects, ids)
     }
 
-    /// One list of objects per id list, under one read of the table: a batch's conversion.
-    /// Same guard rule as `objects`.
+    /// One list per id list, under one read of the table: a batch's conversion. Same guard
+    /// rule as [`Registry::list`].
     pub(crate) fn lists<'py>(
         &self,
         py: Python<'py>,
@@ -256,15 +249,7 @@ impl Registry {
         let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
         results
             .iter()
-            .map(|ids| {
-                let objs = ids.iter().filter_map(|&id| {
-                    objects
-                        .get(id as usize)?
-                        .as_ref()
-                        .map(|o| o.bind(py).clone())
-                });
-                PyList::new(py, objs.collect::<Vec<_>>())
-            })
+            .map(|ids| list_of(py, &objects, ids))
             .collect()
     }
 
@@ -279,5 +264,26 @@ impl Registry {
             .get(id as usize)?
             .as_ref()
             .map(|o| o.bind(py).clone())
+    }
+}
+
+/// The list of the objects of `ids` in `objects`, skipping released ids.
+fn list_of<'py>(
+    py: Python<'py>,
+    objects: &[Option<Py<PyAny>>],
+    ids: &[SubscriberId],
+) -> PyResult<Bound<'py, PyList>> {
+    let live = |id: SubscriberId| objects.get(id as usize).and_then(Option::as_ref);
+    if ids.iter().all(|&id| live(id).is_some()) {
+        // The common case, every id live: the list is made at its final length and filled in
+        // place, with no vector in between. `none` is never used: every id was just checked.
+        let none = py.None().into_bound(py);
+        PyList::new(
+            py,
+            ids.iter().map(|&id| live(id).map_or(&none, |o| o.bind(py))),
+        )
+    } else {
+        let objs: Vec<_> = ids.iter().filter_map(|&id| live(id)).collect();
+        PyList::new(py, objs.iter().map(|o| o.bind(py)))
     }
 }

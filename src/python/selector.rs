@@ -116,7 +116,7 @@ impl SelectorIndexPy {
         } else {
             core.lookup(&texts)
         };
-        let list = PyList::new(py, self.registry.objects(py, &ids));
+        let list = self.registry.list(py, &ids);
         drop(guard);
         list
     }

@@ -227,7 +227,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
         let ids = gil::run_estimated(py, self.lookup_estimate(), || core.lookup(&topic));
-        let list = PyList::new(py, self.registry.objects(py, &ids));
+        let list = self.registry.list(py, &ids);
         drop(guard);
         list
     }
