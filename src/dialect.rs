@@ -16,6 +16,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use smallvec::SmallVec;
+
 use crate::error::{Error, Invalid, Result};
 
 /// The longest MQTT topic or filter: its strings carry a two-byte length prefix.
@@ -182,12 +184,95 @@ impl Dialect {
         })
     }
 
-    /// Parses and validates a message topic.
+    /// Parses and validates a message topic, in one pass over its bytes and without
+    /// allocating for topics of up to [`INLINE_WORDS`] words.
     pub fn parse_topic(self, text: &str) -> Result<Topic<'_>> {
-        self.check_common(text, Error::InvalidTopic)?;
-        let fail = |at: usize, why: &str| {
-            Err(Error::InvalidTopic(Invalid::new(Some(self), text, at, why)))
+        let bytes = text.as_bytes();
+        let sep = self.separator();
+        let mut words = Words::new();
+        let mut start = 0;
+        // Each arm checks every byte once and cuts the words at the separators; on anything
+        // wrong it stops, and `topic_error` finds the first fault and says what it is.
+        let valid = match self {
+            Dialect::Amqp => {
+                if !text.is_empty() {
+                    for (i, &b) in bytes.iter().enumerate() {
+                        if b == sep {
+                            words.push(&text[start..i]);
+                            start = i + 1;
+                        }
+                    }
+                    words.push(&text[start..]);
+                }
+                true
+            }
+            Dialect::Mqtt => {
+                let mut valid = !text.is_empty() && text.len() <= MQTT_MAX_BYTES;
+                for (i, &b) in bytes.iter().enumerate() {
+                    match b {
+                        0 | b'+' | b'#' => {
+                            valid = false;
+                            break;
+                        }
+                        _ if b == sep => {
+                            words.push(&text[start..i]);
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                words.push(&text[start..]);
+                valid
+            }
+            Dialect::Nats => {
+                let nats_word = |w: &str| !w.is_empty() && w != "*" && w != ">";
+                let mut valid = true;
+                for (i, &b) in bytes.iter().enumerate() {
+                    match b {
+                        b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => {
+                            valid = false;
+                            break;
+                        }
+                        _ if b == sep => {
+                            let w = &text[start..i];
+                            if !nats_word(w) {
+                                valid = false;
+                                break;
+                            }
+                            words.push(w);
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                let last = &text[start..];
+                valid && nats_word(last) && {
+                    words.push(last);
+                    true
+                }
+            }
         };
+        if !valid {
+            return Err(self.topic_error(text));
+        }
+        let dollar = self.has_dollar_rule() && words.first().is_some_and(|w| w.starts_with('$'));
+        Ok(Topic {
+            dialect: self,
+            text,
+            words,
+            dollar,
+        })
+    }
+
+    /// The error of a topic that `parse_topic` found invalid: the checks one at a time, in the
+    /// order that decides which fault a topic with several is reported for.
+    #[cold]
+    fn topic_error(self, text: &str) -> Error {
+        if let Err(e) = self.check_common(text, Error::InvalidTopic) {
+            return e;
+        }
+        let fail =
+            |at: usize, why: &str| Error::InvalidTopic(Invalid::new(Some(self), text, at, why));
         match self {
             Dialect::Amqp => {}
             Dialect::Mqtt => {
@@ -203,14 +288,7 @@ impl Dialect {
                 }
             }
         }
-        let words: Vec<&str> = self.split(text).map(|(_, w)| w).collect();
-        let dollar = self.has_dollar_rule() && words.first().is_some_and(|w| w.starts_with('$'));
-        Ok(Topic {
-            dialect: self,
-            text,
-            words,
-            dollar,
-        })
+        unreachable!("parse_topic rejected a valid topic: {text:?}")
     }
 }
 
@@ -268,12 +346,18 @@ impl Pattern {
     }
 }
 
+/// Words a topic holds inline before its word list spills to the heap.
+pub const INLINE_WORDS: usize = 8;
+
+/// A topic's words: inline up to [`INLINE_WORDS`], so that parsing a topic allocates nothing.
+type Words<'a> = SmallVec<[&'a str; INLINE_WORDS]>;
+
 /// A validated message topic, borrowing the words of its text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topic<'a> {
     dialect: Dialect,
     text: &'a str,
-    words: Vec<&'a str>,
+    words: Words<'a>,
     dollar: bool,
 }
 
@@ -301,5 +385,49 @@ impl<'a> Topic<'a> {
     /// Whether first-level wildcards must not match this topic (MQTT `$` topics).
     pub fn is_dollar(&self) -> bool {
         self.dollar
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The topic parse checked one rule at a time, as `parse_topic` was written before it
+    /// became one pass: the oracle of `one_pass_parse_agrees_with_the_rules`.
+    fn parse_by_rules(d: Dialect, text: &str) -> Result<Vec<&str>> {
+        d.check_common(text, Error::InvalidTopic)?;
+        let wildcard = match d {
+            Dialect::Amqp => false,
+            Dialect::Mqtt => text.contains(['+', '#']),
+            Dialect::Nats => d.split(text).any(|(_, w)| w == "*" || w == ">"),
+        };
+        if wildcard {
+            return Err(d.topic_error(text));
+        }
+        Ok(d.split(text).map(|(_, w)| w).collect())
+    }
+
+    proptest! {
+        /// Words, errors and the byte each error names agree with the rules checked one at a
+        /// time, in every dialect, on strings rich in separators, wildcards, `$`, NUL and
+        /// white space, with more words than fit inline.
+        #[test]
+        fn one_pass_parse_agrees_with_the_rules(
+            text in proptest::string::string_regex("[a./+#*>$ \t\u{0}]{0,40}").unwrap(),
+        ) {
+            for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
+                let want = parse_by_rules(d, &text).map_err(|e| e.to_string());
+                let got = d.parse_topic(&text);
+                if let Ok(t) = &got {
+                    let dollar = d.has_dollar_rule()
+                        && t.words().first().is_some_and(|w| w.starts_with('$'));
+                    prop_assert_eq!(t.is_dollar(), dollar);
+                }
+                let got = got.map(|t| t.words().to_vec()).map_err(|e| e.to_string());
+                prop_assert_eq!(got, want);
+            }
+        }
     }
 }
