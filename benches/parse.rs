@@ -35,12 +35,14 @@ fn parse(c: &mut Criterion) {
             .collect::<Vec<_>>()
             .join(&sep.to_string());
         for (label, text) in [("seed", &short), ("12 words", &long)] {
-            g.bench_function(BenchmarkId::new(format!("{d}/{label}"), "parse_topic"), |b| {
-                b.iter(|| d.parse_topic(black_box(text)).unwrap().words().len())
-            });
-            g.bench_function(BenchmarkId::new(format!("{d}/{label}"), "stack split"), |b| {
-                b.iter(|| stack_split(black_box(text), d.separator()))
-            });
+            g.bench_function(
+                BenchmarkId::new(format!("{d}/{label}"), "parse_topic"),
+                |b| b.iter(|| d.parse_topic(black_box(text)).unwrap().words().len()),
+            );
+            g.bench_function(
+                BenchmarkId::new(format!("{d}/{label}"), "stack split"),
+                |b| b.iter(|| stack_split(black_box(text), d.separator())),
+            );
         }
     }
     g.finish();
