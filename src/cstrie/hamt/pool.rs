@@ -17,14 +17,6 @@
 //!   runs a node's drop on whichever thread flushes, which need not be the thread that made it;
 //! - the chunks, bump-allocated with one `fetch_add`; a full chunk is replaced by CAS.
 //!
-//! Fork: a process that forks while another of its threads is inside a depot operation would
-//! give the child a depot that thread left half-written, and the child's next take from that
-//! class would wait forever for a write no thread there will make. So the depot is gated
-//! ([`with_depot`]): a handler registered with `pthread_atfork` closes the gate before the
-//! fork and waits for the operations inside to finish; while it is closed, threads keep their
-//! surplus blocks and carve fresh ones instead of using the depot. The chunks need no gate:
-//! carving is one `fetch_add` or one CAS, never a wait on another thread.
-//!
 //! The memory is not given back to the system: freed blocks wait for the next node of their
 //! class, as in most allocators. [`stats`] tells how much is reserved and how much is in use.
 //! Nodes larger than the largest class (collision nodes of more than 34 keys) go to the global
@@ -33,8 +25,8 @@
 use std::alloc::{alloc as sys_alloc, dealloc as sys_dealloc, handle_alloc_error, Layout};
 use std::cell::Cell;
 use std::ptr::{null_mut, NonNull};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicPtr, AtomicUsize};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicIsize, AtomicPtr, AtomicUsize};
 
 use crossbeam_queue::SegQueue;
 
@@ -90,61 +82,6 @@ unsafe impl Send for Batch {}
 
 static DEPOT: [SegQueue<Batch>; CLASSES] = [const { SegQueue::new() }; CLASSES];
 
-/// Depot operations running now.
-static DEPOT_INSIDE: AtomicUsize = AtomicUsize::new(0);
-/// Set by the fork handler while a fork is under way: no depot operation may start.
-static FORKING: AtomicBool = AtomicBool::new(false);
-
-/// Runs `f` on the depot of class `c`, unless a fork is under way (then `None`: the caller
-/// does without the depot).
-///
-/// Why no operation can be inside when the process forks: an operation raises
-/// `DEPOT_INSIDE` and then reads `FORKING`; [`fork_prepare`] sets `FORKING` and then waits
-/// for `DEPOT_INSIDE` to read zero. All four accesses are `SeqCst`, so in their single total
-/// order either the raise comes before the handler's read (the handler waits for this
-/// operation to finish) or the handler's store comes before the operation's read (the
-/// operation sees `FORKING` and stays out). The lowering is a release and the handler's read
-/// an acquire, so every write the operation made to the depot is in the memory the child
-/// copies.
-fn with_depot<T>(c: usize, f: impl FnOnce(&SegQueue<Batch>) -> T) -> Option<T> {
-    register_fork_handler();
-    DEPOT_INSIDE.fetch_add(1, SeqCst);
-    let result = (!FORKING.load(SeqCst)).then(|| f(&DEPOT[c]));
-    DEPOT_INSIDE.fetch_sub(1, SeqCst);
-    result
-}
-
-/// Registers [`fork_prepare`] and [`fork_done`] with `pthread_atfork`, once per process.
-fn register_fork_handler() {
-    #[cfg(not(miri))]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            // SAFETY: the handlers are plain functions that touch only atomics (safe to run
-            // in a forking thread and in the child); registering them has no precondition.
-            let err = unsafe {
-                libc::pthread_atfork(Some(fork_prepare), Some(fork_done), Some(fork_done))
-            };
-            // Only ENOMEM can fail it, and nothing sensible can go on without the handler.
-            assert_eq!(err, 0, "pthread_atfork failed");
-        });
-    }
-}
-
-/// Before a fork, in the forking thread: closes the depot and waits for the operations
-/// inside it. They never wait on this thread, so the wait ends.
-extern "C" fn fork_prepare() {
-    FORKING.store(true, SeqCst);
-    while DEPOT_INSIDE.load(SeqCst) != 0 {
-        std::hint::spin_loop();
-    }
-}
-
-/// After a fork, in the parent and in the child: opens the depot again.
-extern "C" fn fork_done() {
-    FORKING.store(false, SeqCst);
-}
-
 /// A thread's free lists, one per class, and the bytes of blocks it allocated less those it
 /// freed (negative on a thread that frees more): kept without atomics, and merged into
 /// `IN_USE` when the thread exits.
@@ -167,18 +104,12 @@ std::thread_local! {
 impl Drop for Local {
     /// Hands the exiting thread's free blocks to the depot, and its count to `IN_USE`.
     fn drop(&mut self) {
-        for (c, (head, len)) in self.heads.iter().zip(&self.lens).enumerate() {
-            if let Some(first) = NonNull::new(head.get()) {
-                let batch = Batch {
-                    head: first,
-                    len: len.get(),
-                };
-                // During a fork the blocks stay on this dying thread's list: lost to reuse,
-                // never unsafe, and only for a thread that exits while the process forks.
-                if with_depot(c, |depot| depot.push(batch)).is_some() {
-                    head.set(null_mut());
-                    len.set(0);
-                }
+        for ((head, len), depot) in self.heads.iter().zip(&self.lens).zip(&DEPOT) {
+            if let Some(head) = NonNull::new(head.replace(null_mut())) {
+                depot.push(Batch {
+                    head,
+                    len: len.replace(0),
+                });
             }
         }
         IN_USE.fetch_add(self.in_use.replace(0), Relaxed);
@@ -205,8 +136,7 @@ impl Local {
         self.heads[c].set(block.as_ptr());
         let len = self.lens[c].get() + 1;
         self.lens[c].set(len);
-        if len < 2 * BATCH || FORKING.load(Relaxed) {
-            // (During a fork the surplus waits here for a later push.)
+        if len < 2 * BATCH {
             return;
         }
         // Leave a batch in the depot: the BATCH blocks after the first BATCH, so the most
@@ -219,19 +149,13 @@ impl Local {
         // SAFETY: as above; `last` is the BATCH-th block and has a successor.
         let rest = unsafe { std::mem::replace(&mut (*last).next, null_mut()) };
         let head = NonNull::new(rest).expect("a list of 2 * BATCH blocks");
-        let batch = Batch { head, len: BATCH };
-        if with_depot(c, |depot| depot.push(batch)).is_some() {
-            self.lens[c].set(len - BATCH);
-        } else {
-            // A fork began since the check above: put the batch back behind `last`.
-            // SAFETY: `last` is still the BATCH-th block of this thread's list.
-            unsafe { (*last).next = rest };
-        }
+        self.lens[c].set(len - BATCH);
+        DEPOT[c].push(Batch { head, len: BATCH });
     }
 
     /// Takes a batch from the depot: returns its first block, keeps the rest.
     fn refill(&self, c: usize) -> Option<NonNull<Free>> {
-        let Batch { head, len } = with_depot(c, SegQueue::pop).flatten()?;
+        let Batch { head, len } = DEPOT[c].pop()?;
         // SAFETY: the batch's blocks are free and now ours; the list is empty (we only refill
         // an empty list), so the rest of the batch becomes it.
         self.heads[c].set(unsafe { head.as_ref().next });
