@@ -187,71 +187,40 @@ impl Dialect {
     /// Parses and validates a message topic, in one pass over its bytes and without
     /// allocating for topics of up to [`INLINE_WORDS`] words.
     pub fn parse_topic(self, text: &str) -> Result<Topic<'_>> {
-        let bytes = text.as_bytes();
         let sep = self.separator();
-        let mut words = Words::new();
-        let mut start = 0;
-        // Each arm checks every byte once and cuts the words at the separators; on anything
-        // wrong it stops, and `topic_error` finds the first fault and says what it is.
-        let valid = match self {
-            Dialect::Amqp => {
-                if !text.is_empty() {
-                    for (i, &b) in bytes.iter().enumerate() {
-                        if b == sep {
-                            words.push(&text[start..i]);
-                            start = i + 1;
-                        }
-                    }
-                    words.push(&text[start..]);
-                }
-                true
-            }
-            Dialect::Mqtt => {
-                let mut valid = !text.is_empty() && text.len() <= MQTT_MAX_BYTES;
-                for (i, &b) in bytes.iter().enumerate() {
-                    match b {
-                        0 | b'+' | b'#' => {
-                            valid = false;
-                            break;
-                        }
-                        _ if b == sep => {
-                            words.push(&text[start..i]);
-                            start = i + 1;
-                        }
-                        _ => {}
-                    }
-                }
-                words.push(&text[start..]);
-                valid
-            }
-            Dialect::Nats => {
-                let nats_word = |w: &str| !w.is_empty() && w != "*" && w != ">";
-                let mut valid = true;
-                for (i, &b) in bytes.iter().enumerate() {
-                    match b {
-                        b' ' | b'\t' | b'\r' | b'\n' | b'\x0c' => {
-                            valid = false;
-                            break;
-                        }
-                        _ if b == sep => {
-                            let w = &text[start..i];
-                            if !nats_word(w) {
-                                valid = false;
-                                break;
-                            }
-                            words.push(w);
-                            start = i + 1;
-                        }
-                        _ => {}
-                    }
-                }
-                let last = &text[start..];
-                valid && nats_word(last) && {
-                    words.push(last);
-                    true
-                }
-            }
+        // A byte no topic of this dialect may hold anywhere.
+        let banned = |b: u8| match self {
+            Dialect::Amqp => false,
+            Dialect::Mqtt => matches!(b, 0 | b'+' | b'#'),
+            Dialect::Nats => matches!(b, b' ' | b'\t' | b'\r' | b'\n' | b'\x0c'),
         };
+        // A word NATS cannot publish to: empty, or a wildcard.
+        let bad_word = |w: &str| self == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");
+        let mut valid = self != Dialect::Mqtt || (!text.is_empty() && text.len() <= MQTT_MAX_BYTES);
+        let mut words = Words::new();
+        // Every byte is checked once while the words are cut at the separators; on anything
+        // wrong the loop stops, and `topic_error` finds the first fault and says what it is.
+        // (AMQP's empty topic has no words at all.)
+        if !(self == Dialect::Amqp && text.is_empty()) {
+            let mut start = 0;
+            for (i, &b) in text.as_bytes().iter().enumerate() {
+                if b == sep {
+                    let w = &text[start..i];
+                    if bad_word(w) {
+                        valid = false;
+                        break;
+                    }
+                    words.push(w);
+                    start = i + 1;
+                } else if banned(b) {
+                    valid = false;
+                    break;
+                }
+            }
+            let last = &text[start..];
+            valid = valid && !bad_word(last);
+            words.push(last);
+        }
         if !valid {
             return Err(self.topic_error(text));
         }

@@ -172,7 +172,7 @@ impl CNode {
     /// The branch of `key`.
     pub(crate) fn get(&self, key: Key<'_>) -> Option<&Branch> {
         match key {
-            Key::Word(w) => self.words.get_key_value(w).map(|(k, _)| &k.0.branch),
+            Key::Word(w) => self.word(w, word_hash(w)),
             Key::One => self.one.as_ref(),
             Key::Many => self.many.as_ref(),
         }

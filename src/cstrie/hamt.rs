@@ -381,7 +381,7 @@ impl<K: HashKey, V> PMap<K, V> {
 
 impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
     // The plain (counted) updates and the lookups by key are the tests' way in: the trie's
-    // word maps use `get_key_value` and the moving updates, and subscriber sets are `PSet`s.
+    // word maps use `get_key_value_hashed` and the moving updates, and subscriber sets are `PSet`s.
 
     /// The value of `key`.
     #[cfg(all(test, not(loom)))]
@@ -390,19 +390,10 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
         K: Borrow<Q>,
         Q: HashKey + Eq + ?Sized,
     {
-        self.get_key_value(key).map(|(_, v)| v)
+        self.get_key_value_hashed(key.hash64(), key).map(|(_, v)| v)
     }
 
-    /// The stored key and value of `key`.
-    pub(crate) fn get_key_value<Q>(&self, key: &Q) -> Option<(&K, &V)>
-    where
-        K: Borrow<Q>,
-        Q: HashKey + Eq + ?Sized,
-    {
-        find(self.root.as_ref()?, key.hash64(), key)
-    }
-
-    /// [`get_key_value`](Self::get_key_value) with the key's hash already made: a lookup
+    /// The stored key and value of `key`, whose hash is `hash` (`key.hash64()`): a lookup
     /// hashes each topic word once and probes many levels with it.
     pub(crate) fn get_key_value_hashed<Q>(&self, hash: u64, key: &Q) -> Option<(&K, &V)>
     where

@@ -497,7 +497,7 @@ impl CSTrie {
     }
 }
 
-/// A pointer hasher for the per-lookup table of I-nodes read.
+/// A pointer hasher for the addresses of live prefixes ([`Seen`]).
 #[derive(Default)]
 struct PtrHasher(u64);
 
