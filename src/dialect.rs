@@ -35,6 +35,14 @@ pub enum Dialect {
     Nats,
 }
 
+/// What a word of a pattern is, as the pattern scanner hands it on.
+#[derive(Clone, Copy)]
+enum Scanned {
+    Word,
+    One,
+    Many,
+}
+
 /// One word of a parsed pattern.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Token {
@@ -146,6 +154,29 @@ impl Dialect {
 
     /// Parses and validates a subscription pattern.
     pub fn parse_pattern(self, text: &str) -> Result<Pattern> {
+        let mut tokens = Vec::new();
+        self.scan_pattern(text, |word, token| {
+            tokens.push(match token {
+                Scanned::Word => Token::Word(word.into()),
+                Scanned::One => Token::One,
+                Scanned::Many => Token::Many,
+            })
+        })?;
+        Ok(Pattern {
+            dialect: self,
+            text: text.into(),
+            tokens,
+        })
+    }
+
+    /// Validates a subscription pattern as [`Dialect::parse_pattern`] does, with the same
+    /// errors, without building it: nothing is allocated for a valid pattern.
+    pub fn check_pattern(self, text: &str) -> Result<()> {
+        self.scan_pattern(text, |_, _| {})
+    }
+
+    /// Checks `text` as a pattern and hands each word to `each` with what it is.
+    fn scan_pattern(self, text: &str, mut each: impl FnMut(&str, Scanned)) -> Result<()> {
         self.check_common(text, Error::InvalidPattern)?;
         let fail = |at: usize, why: &str| {
             Err(Error::InvalidPattern(Invalid::new(
@@ -156,32 +187,27 @@ impl Dialect {
             )))
         };
         let (one, many) = (self.one_word(), self.many_words());
-        let mut tokens = Vec::new();
         let mut words = self.split(text).peekable();
         while let Some((at, word)) = words.next() {
             let last = words.peek().is_none();
             let token = if word == one {
-                Token::One
+                Scanned::One
             } else if word == many {
                 if self != Dialect::Amqp && !last {
                     return fail(at, "the multi-level wildcard must be the last word");
                 }
-                Token::Many
+                Scanned::Many
             } else {
                 if self == Dialect::Mqtt {
                     if let Some(i) = word.find(['+', '#']) {
                         return fail(at + i, "a wildcard must occupy a whole level");
                     }
                 }
-                Token::Word(word.into())
+                Scanned::Word
             };
-            tokens.push(token);
+            each(word, token);
         }
-        Ok(Pattern {
-            dialect: self,
-            text: text.into(),
-            tokens,
-        })
+        Ok(())
     }
 
     /// Parses and validates a message topic, in one pass over its bytes and without
@@ -396,6 +422,17 @@ mod tests {
                 }
                 let got = got.map(|t| t.words().to_vec()).map_err(|e| e.to_string());
                 prop_assert_eq!(got, want);
+            }
+        }
+
+        /// `check_pattern` accepts what `parse_pattern` parses and names the same fault.
+        #[test]
+        fn check_pattern_agrees_with_parse_pattern(
+            text in proptest::string::string_regex("[a./+#*>$ \t\u{0}]{0,40}").unwrap(),
+        ) {
+            for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
+                let parsed = d.parse_pattern(&text).map(drop).map_err(|e| e.to_string());
+                prop_assert_eq!(d.check_pattern(&text).map_err(|e| e.to_string()), parsed);
             }
         }
     }
