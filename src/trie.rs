@@ -12,8 +12,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
+use smallvec::SmallVec;
+
+use crate::cstrie::WordsHasher;
 use crate::dialect::{Dialect, Pattern, Token, Topic};
 use crate::matcher::{dedup_from, Matcher, SubscriberId};
+
+type Map<K, V> = HashMap<K, V, WordsHasher>;
+type Set<T> = HashSet<T, WordsHasher>;
 
 /// Index of a node in the arena.
 type NodeId = u32;
@@ -33,8 +39,10 @@ pub struct Trie {
 struct Inner {
     nodes: Vec<Node>,
     free: Vec<NodeId>,
-    /// Every pattern of each subscriber, so `remove_subscriber` need not walk the trie.
-    by_subscriber: HashMap<SubscriberId, HashSet<Pattern>>,
+    /// The node of every pattern of each subscriber, so `remove_subscriber` need not walk
+    /// the trie. A node stands for its pattern (its path from the root spells it), and it
+    /// cannot be freed while it holds the subscriber, so its id stays good.
+    by_subscriber: Map<SubscriberId, Ends>,
     len: usize,
 }
 
@@ -43,10 +51,70 @@ struct Node {
     parent: NodeId,
     /// The edge from the parent to this node.
     edge: Edge,
-    words: HashMap<Box<str>, NodeId>,
+    words: Map<Box<str>, NodeId>,
     one: Option<NodeId>,
     many: Option<NodeId>,
-    subscribers: HashSet<SubscriberId>,
+    subscribers: Set<SubscriberId>,
+}
+
+/// The nodes where one subscriber's patterns end: a short inline list while it has few (the
+/// common case, and no allocation up to 3), a set once it has many, so that unsubscribing
+/// each of a subscriber's many patterns in turn is not quadratic.
+#[derive(Debug)]
+enum Ends {
+    Few(SmallVec<[NodeId; 3]>),
+    Many(Box<Set<NodeId>>),
+}
+
+/// Most nodes [`Ends::Few`] holds before it becomes a set.
+const FEW_ENDS: usize = 16;
+
+impl Ends {
+    fn new() -> Self {
+        Ends::Few(SmallVec::new())
+    }
+
+    /// Adds `node`, which the caller knows is not there yet.
+    fn insert(&mut self, node: NodeId) {
+        match self {
+            Ends::Few(few) if few.len() < FEW_ENDS => few.push(node),
+            Ends::Few(few) => {
+                let mut set: Set<NodeId> = few.drain(..).collect();
+                set.insert(node);
+                *self = Ends::Many(Box::new(set));
+            }
+            Ends::Many(set) => {
+                set.insert(node);
+            }
+        }
+    }
+
+    fn remove(&mut self, node: NodeId) {
+        match self {
+            Ends::Few(few) => {
+                if let Some(i) = few.iter().position(|&n| n == node) {
+                    few.swap_remove(i);
+                }
+            }
+            Ends::Many(set) => {
+                set.remove(&node);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Ends::Few(few) => few.is_empty(),
+            Ends::Many(set) => set.is_empty(),
+        }
+    }
+
+    fn into_vec(self) -> Vec<NodeId> {
+        match self {
+            Ends::Few(few) => few.into_vec(),
+            Ends::Many(set) => set.into_iter().collect(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -78,7 +146,7 @@ impl Trie {
                     ..Node::default()
                 }],
                 free: Vec::new(),
-                by_subscriber: HashMap::new(),
+                by_subscriber: Map::default(),
                 len: 0,
             }),
         }
@@ -175,16 +243,32 @@ impl Inner {
         }
     }
 
-    fn remove(&mut self, pattern: &Pattern, id: SubscriberId) -> bool {
-        let Some(node) = self.find(pattern) else {
-            return false;
-        };
+    /// Removes `id` from `node` and prunes what that leaves empty; false if the node did not
+    /// hold the id. The caller keeps `by_subscriber` in step.
+    fn remove(&mut self, node: NodeId, id: SubscriberId) -> bool {
         if !self.nodes[node as usize].subscribers.remove(&id) {
             return false;
         }
         self.len -= 1;
         self.prune(node);
         true
+    }
+
+    /// The text of the pattern that ends at `node`: its edges from the root, joined.
+    fn pattern_text(&self, dialect: Dialect, mut node: NodeId) -> String {
+        let mut words = Vec::new();
+        while node != ROOT {
+            let n = &self.nodes[node as usize];
+            words.push(match &n.edge {
+                Edge::Word(w) => &**w,
+                Edge::One => dialect.one_word(),
+                Edge::Many => dialect.many_words(),
+                Edge::Root => unreachable!("only the root has no edge"),
+            });
+            node = n.parent;
+        }
+        words.reverse();
+        words.join(std::str::from_utf8(&[dialect.separator()]).expect("an ASCII separator"))
     }
 
     /// Appends the subscribers of every pattern matching `topic`, possibly more than once.
@@ -265,8 +349,8 @@ impl Matcher for Trie {
         inner
             .by_subscriber
             .entry(id)
-            .or_default()
-            .insert(pattern.clone());
+            .or_insert_with(Ends::new)
+            .insert(node);
         true
     }
 
@@ -277,12 +361,15 @@ impl Matcher for Trie {
             "pattern of another dialect"
         );
         let mut inner = self.write();
-        if !inner.remove(pattern, id) {
+        let Some(node) = inner.find(pattern) else {
+            return false;
+        };
+        if !inner.remove(node, id) {
             return false;
         }
-        if let Some(patterns) = inner.by_subscriber.get_mut(&id) {
-            patterns.remove(pattern);
-            if patterns.is_empty() {
+        if let Some(ends) = inner.by_subscriber.get_mut(&id) {
+            ends.remove(node);
+            if ends.is_empty() {
                 inner.by_subscriber.remove(&id);
             }
         }
@@ -298,10 +385,14 @@ impl Matcher for Trie {
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
         let mut inner = self.write();
-        let Some(patterns) = inner.by_subscriber.remove(&id) else {
+        let Some(ends) = inner.by_subscriber.remove(&id) else {
             return 0;
         };
-        patterns.iter().filter(|p| inner.remove(p, id)).count()
+        // Each node still holds `id` until its turn, so pruning one never frees another.
+        ends.into_vec()
+            .into_iter()
+            .filter(|&node| inner.remove(node, id))
+            .count()
     }
 
     fn len(&self) -> usize {
@@ -311,8 +402,13 @@ impl Matcher for Trie {
     fn subscriptions(&self) -> Vec<(String, SubscriberId)> {
         let inner = self.read();
         let mut pairs = Vec::with_capacity(inner.len);
-        for (&id, patterns) in &inner.by_subscriber {
-            pairs.extend(patterns.iter().map(|p| (p.text().to_owned(), id)));
+        // Freed nodes are reset, so they hold no subscribers and are skipped.
+        for (node, n) in inner.nodes.iter().enumerate() {
+            if n.subscribers.is_empty() {
+                continue;
+            }
+            let text = inner.pattern_text(self.dialect, node as NodeId);
+            pairs.extend(n.subscribers.iter().map(|&id| (text.clone(), id)));
         }
         pairs
     }
@@ -352,6 +448,49 @@ mod tests {
         assert_eq!(t.lookup_str("a/b/c").unwrap(), vec![2]);
         assert_eq!(t.remove_subscriber(2), 1);
         assert_eq!(live_nodes(&t), 1);
+    }
+
+    #[test]
+    fn a_subscriber_with_many_patterns_keeps_them_in_a_set() {
+        let t = Trie::new(Dialect::Amqp);
+        let patterns: Vec<String> = (0..3 * FEW_ENDS).map(|i| format!("a.{i}.#")).collect();
+        for p in &patterns {
+            assert!(t.subscribe_str(p, 7).unwrap());
+        }
+        assert!(matches!(t.read().by_subscriber[&7], Ends::Many(_)));
+        for p in patterns.iter().step_by(2) {
+            assert!(t.unsubscribe_str(p, 7).unwrap());
+            assert!(!t.unsubscribe_str(p, 7).unwrap());
+        }
+        assert_eq!(t.lookup_str("a.1.x").unwrap(), vec![7]);
+        assert!(t.lookup_str("a.2.x").unwrap().is_empty());
+        let mut texts: Vec<String> = t.subscriptions().into_iter().map(|(p, _)| p).collect();
+        texts.sort();
+        let mut want: Vec<String> = patterns.iter().skip(1).step_by(2).cloned().collect();
+        want.sort();
+        assert_eq!(texts, want);
+        assert_eq!(t.remove_subscriber(7), 3 * FEW_ENDS / 2);
+        assert_eq!(live_nodes(&t), 1);
+        assert!(t.read().by_subscriber.is_empty());
+    }
+
+    #[test]
+    fn subscriptions_spell_each_pattern_as_written() {
+        for (d, patterns) in [
+            (Dialect::Amqp, &["", "a..b", "#", "*.#.x", "a.*"][..]),
+            (Dialect::Mqtt, &["/", "+/+", "#", "a//#", "$SYS/+"][..]),
+            (Dialect::Nats, &["a.*.c", ">", "x.>", "*"][..]),
+        ] {
+            let t = Trie::new(d);
+            for p in patterns {
+                t.subscribe_str(p, 1).unwrap();
+            }
+            let mut got: Vec<String> = t.subscriptions().into_iter().map(|(p, _)| p).collect();
+            got.sort();
+            let mut want: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
+            want.sort();
+            assert_eq!(got, want, "{d}");
+        }
     }
 
     #[test]

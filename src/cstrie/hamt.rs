@@ -154,6 +154,19 @@ fn words_hasher() -> &'static foldhash::quality::RandomState {
     STATE.get_or_init(foldhash::quality::RandomState::default)
 }
 
+/// [`words_hasher`] as a zero-sized `BuildHasher`, for std maps and sets that hash words or
+/// ids the same way: a map keeps no hasher state of its own (16 bytes with std's).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WordsHasher;
+
+impl BuildHasher for WordsHasher {
+    type Hasher = foldhash::quality::FoldHasher<'static>;
+
+    fn build_hasher(&self) -> Self::Hasher {
+        words_hasher().build_hasher()
+    }
+}
+
 impl HashKey for str {
     fn hash64(&self) -> u64 {
         words_hasher().hash_one(self)

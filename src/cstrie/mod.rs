@@ -53,6 +53,7 @@
 mod cnode;
 mod gcas;
 mod hamt;
+pub(crate) use hamt::WordsHasher;
 mod inode;
 mod snapshot;
 mod validate;
