@@ -56,9 +56,19 @@ pub trait Matcher: Send + Sync {
         Ok(self.unsubscribe(&self.dialect().parse_pattern(pattern)?, id))
     }
 
-    /// Parses `topic` and looks it up.
+    /// Looks up `topic` given as text, appending to `out` as [`Matcher::lookup_into`] does;
+    /// an invalid topic is an error and appends nothing. A matcher that can answer from the
+    /// text alone (a result cache's hit) overrides it and parses only when it must.
+    fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
+        self.lookup_into(&self.dialect().parse_topic(topic)?, out);
+        Ok(())
+    }
+
+    /// Looks up `topic` given as text.
     fn lookup_str(&self, topic: &str) -> Result<Vec<SubscriberId>> {
-        Ok(self.lookup(&self.dialect().parse_topic(topic)?))
+        let mut out = Vec::new();
+        self.lookup_str_into(topic, &mut out)?;
+        Ok(out)
     }
 }
 
@@ -80,6 +90,10 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
 
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         (**self).lookup_into(topic, out);
+    }
+
+    fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
+        (**self).lookup_str_into(topic, out)
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {

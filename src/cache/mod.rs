@@ -61,6 +61,7 @@ use self::shards::{Shards, TopicShards};
 
 use crate::cstrie::CSTrie;
 use crate::dialect::{Dialect, Pattern, Topic};
+use crate::error::Result;
 use crate::matcher::{Matcher, SubscriberId};
 
 /// Slots per set. Four keeps a probe to a few loads and lets two or three hot topics that hash
@@ -566,6 +567,41 @@ impl Cache {
         stripe.window_stores.store(0, Relaxed);
     }
 
+    /// Answers a topic from its text alone when the cache is on and holds a live entry for
+    /// it: the whole of a hit, a hash, a probe, a compare and a copy, with no parse. Only
+    /// topics that parsed are ever stored, so a text found here is valid. False, with nothing
+    /// counted, otherwise: the caller parses the topic and goes through `lookup_into`, which
+    /// probes again and counts the miss (or the bypass).
+    fn hit(&self, text: &str, out: &mut Vec<SubscriberId>) -> bool {
+        if self.mode.load(Relaxed) != ON {
+            return false;
+        }
+        let stripe = &self.stripes[stripe_index()];
+        let key = text.as_bytes();
+        let h = hash(key);
+        let set = (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1);
+        let slots = &self.table().slots[set * WAYS..(set + 1) * WAYS];
+        let guard = &epoch::pin();
+        let shards = self.shards();
+        for slot in slots {
+            // SAFETY: as in `lookup_into`: loaded under `guard`, freed only after it unpins.
+            let Some(e) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
+                continue;
+            };
+            if e.hash == h && *e.topic == *key {
+                // The hit's read, as in `lookup_into` (see `Cached::write`).
+                if shards.begun(&e.shards) != e.tag {
+                    return false;
+                }
+                out.extend_from_slice(&e.ids);
+                stripe.hits.fetch_add(1, Relaxed);
+                self.judge(stripe, true, false);
+                return true;
+            }
+        }
+        false
+    }
+
     fn lookup_into<M: Matcher>(&self, inner: &M, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         let stripe = &self.stripes[stripe_index()];
         if !self.admits(stripe) {
@@ -760,6 +796,16 @@ impl<M: Matcher> Matcher for Cached<M> {
         }
     }
 
+    fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
+        if let Some(c) = &self.cache {
+            if c.hit(topic, out) {
+                return Ok(());
+            }
+        }
+        self.lookup_into(&self.dialect().parse_topic(topic)?, out);
+        Ok(())
+    }
+
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
         // Any pattern may lose the id: every topic's results may change.
         self.write(shards::EVERY_TOPIC, |m| m.remove_subscriber(id))
@@ -808,6 +854,27 @@ mod tests {
         assert_eq!(m.lookup_str("a.b").unwrap(), [3]);
         let s = m.cache_stats();
         assert_eq!((s.hits, s.misses, s.topics), (2, 4, 1));
+    }
+
+    #[test]
+    fn a_hit_by_text_appends_and_an_invalid_text_is_never_served() {
+        let m = Cached::new(Trie::new(Dialect::Mqtt), 64).without_admission();
+        m.subscribe_str("a/+", 1).unwrap();
+        m.subscribe_str("#", 2).unwrap();
+        let mut out = vec![9];
+        m.lookup_str_into("a/b", &mut out).unwrap(); // stored
+        m.lookup_str_into("a/b", &mut out).unwrap(); // answered from the text
+        assert_eq!(m.cache_stats().hits, 1);
+        assert_eq!(out[0], 9);
+        assert_eq!(sorted(out[1..3].to_vec()), [1, 2]);
+        assert_eq!(sorted(out[3..].to_vec()), [1, 2]);
+        for _ in 0..2 {
+            let mut out = Vec::new();
+            assert!(m.lookup_str_into("a/+", &mut out).is_err());
+            assert!(m.lookup_str_into("", &mut out).is_err());
+            assert!(out.is_empty());
+        }
+        assert_eq!(m.cache_stats().topics, 1);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::errors::{read_only, to_py, InvalidTopic};
 use super::gil;
 use super::registry::Registry;
 use super::text::{utf8, Kind};
-use crate::dialect::{Dialect, Pattern, Topic};
+use crate::dialect::{Dialect, Pattern};
 use crate::matcher::{Matcher, SubscriberId};
 
 impl<M> Drop for TopicIndex<M> {
@@ -245,10 +245,14 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let py = topic.py();
         let text = utf8(topic, Kind::Topic)?;
-        let topic = self.core.dialect().parse_topic(text).map_err(to_py)?;
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
-        let ids = gil::run_estimated(py, self.lookup_estimate(), || core.lookup(&topic));
+        let mut ids = Vec::new();
+        // The topic is parsed inside the core, and only if a result cache cannot answer it.
+        gil::run_estimated(py, self.lookup_estimate(), || {
+            core.lookup_str_into(text, &mut ids)
+        })
+        .map_err(to_py)?;
         let list = self.registry.list(py, &ids);
         drop(guard);
         list
@@ -265,12 +269,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             texts.push(utf8(item, Kind::Topic)?);
         }
         let core = &self.core;
-        let dialect = core.dialect();
         let mut lists = Vec::with_capacity(texts.len());
         let step = |i: usize| -> PyResult<Vec<SubscriberId>> {
-            let topic = Topic::parse(dialect, texts[i])
+            let mut ids = Vec::new();
+            core.lookup_str_into(texts[i], &mut ids)
                 .map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
-            Ok(core.lookup(&topic))
+            Ok(ids)
         };
         gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |results| {
             lists.extend(self.registry.lists(py, &results)?);

@@ -1,0 +1,80 @@
+//! The hot path against its physical limit: one `HashMap` probe that clones the stored answer,
+//! timed in the same run as
+//!
+//! - a cached hot lookup (`Cached<Trie>`, `Cached<CSTrie>`, `lookup_str`: text in, ids out);
+//! - a bare hot lookup (`Trie`, `CSTrie`, `lookup_str`);
+//! - subscribing a pair that is already there (`subscribe_str`, and `subscribe` of a pattern
+//!   parsed beforehand),
+//!
+//! on the seed's hot matcher: 1,000 random 5-word patterns plus `foo.*.baz.qux.quux`, looked up
+//! with `foo.bar.baz.qux.quux`. `cargo bench --bench hot_path -- --quick`.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use topicmatch::{CSTrie, Cached, Dialect, Matcher, SubscriberId, Trie};
+
+mod workload;
+
+const DIALECT: Dialect = Dialect::Amqp;
+
+/// The seed's hot matcher, with the seed pattern subscribed by id 0 as well.
+fn hot<M: Matcher>(m: M) -> M {
+    let w = workload::seed(1000, 0, DIALECT, 0);
+    for (p, id) in &w.subscriptions {
+        m.subscribe_str(p, *id).unwrap();
+    }
+    m.subscribe_str(&workload::seed_pattern(DIALECT), 0)
+        .unwrap();
+    m
+}
+
+fn subjects() -> Vec<(&'static str, Box<dyn Matcher>)> {
+    vec![
+        ("Trie", Box::new(hot(Trie::new(DIALECT)))),
+        ("CSTrie", Box::new(hot(CSTrie::new(DIALECT)))),
+        (
+            "Cached<Trie>",
+            Box::new(hot(Cached::new(Trie::new(DIALECT), 16_384))),
+        ),
+        (
+            "Cached<CSTrie>",
+            Box::new(hot(Cached::new(CSTrie::new(DIALECT), 16_384))),
+        ),
+    ]
+}
+
+fn hot_path(c: &mut Criterion) {
+    let topic = workload::seed_topic(DIALECT);
+    let pattern_text = workload::seed_pattern(DIALECT);
+    let pattern = DIALECT.parse_pattern(&pattern_text).unwrap();
+    let subjects = subjects();
+    // The limit: the answer stored under the topic's text, probed and cloned.
+    let answer: Vec<SubscriberId> = subjects[0].1.lookup_str(&topic).unwrap();
+    let mut map: HashMap<Box<str>, Vec<SubscriberId>> = HashMap::new();
+    map.insert(topic.as_str().into(), answer);
+    let mut g = c.benchmark_group("hot");
+    g.bench_function(BenchmarkId::new("limit", "HashMap probe + clone"), |b| {
+        b.iter(|| map.get(black_box(topic.as_str())).cloned())
+    });
+    for (name, m) in &subjects {
+        // Warm: a cached matcher admits a topic on its second miss.
+        for _ in 0..4 {
+            m.lookup_str(&topic).unwrap();
+        }
+        g.bench_function(BenchmarkId::new("lookup_str", name), |b| {
+            b.iter(|| m.lookup_str(black_box(&topic)).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("subscribe_str, present", name), |b| {
+            b.iter(|| m.subscribe_str(black_box(&pattern_text), 0).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("subscribe, present", name), |b| {
+            b.iter(|| m.subscribe(black_box(&pattern), 0))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, hot_path);
+criterion_main!(benches);
