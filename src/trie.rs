@@ -268,7 +268,7 @@ impl Inner {
             node = n.parent;
         }
         words.reverse();
-        words.join(std::str::from_utf8(&[dialect.separator()]).expect("an ASCII separator"))
+        words.join(&(dialect.separator() as char).to_string())
     }
 
     /// Appends the subscribers of every pattern matching `topic`, possibly more than once.

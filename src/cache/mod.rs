@@ -579,27 +579,35 @@ impl Cache {
         let stripe = &self.stripes[stripe_index()];
         let key = text.as_bytes();
         let h = hash(key);
-        let set = (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1);
-        let slots = &self.table().slots[set * WAYS..(set + 1) * WAYS];
         let guard = &epoch::pin();
-        let shards = self.shards();
-        for slot in slots {
+        for slot in self.set_of(self.table(), h) {
             // SAFETY: as in `lookup_into`: loaded under `guard`, freed only after it unpins.
             let Some(e) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
                 continue;
             };
             if e.hash == h && *e.topic == *key {
-                // The hit's read, as in `lookup_into` (see `Cached::write`).
-                if shards.begun(&e.shards) != e.tag {
-                    return false;
-                }
-                out.extend_from_slice(&e.ids);
-                stripe.hits.fetch_add(1, Relaxed);
-                self.judge(stripe, true, false);
-                return true;
+                return self.serve(stripe, e, out);
             }
         }
         false
+    }
+
+    /// The slots of the set `h` falls in.
+    fn set_of<'t>(&self, table: &'t Table, h: u64) -> &'t [Atomic<Entry>] {
+        let set = (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1);
+        &table.slots[set * WAYS..(set + 1) * WAYS]
+    }
+
+    /// Serves `e`, the entry of the topic looked up, if no write has moved its shards since it
+    /// was stored (the hit's read, see `Cached::write`), and counts the hit.
+    fn serve(&self, stripe: &Stripe, e: &Entry, out: &mut Vec<SubscriberId>) -> bool {
+        if self.shards().begun(&e.shards) != e.tag {
+            return false;
+        }
+        out.extend_from_slice(&e.ids);
+        stripe.hits.fetch_add(1, Relaxed);
+        self.judge(stripe, true, false);
+        true
     }
 
     fn lookup_into<M: Matcher>(&self, inner: &M, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
@@ -618,9 +626,8 @@ impl Cache {
         }
         let key = topic.text().as_bytes();
         let h = hash(key);
-        let set = (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1);
         let table = self.table();
-        let slots = &table.slots[set * WAYS..(set + 1) * WAYS];
+        let slots = self.set_of(table, h);
         let guard = &epoch::pin();
         let shards = self.shards();
         let mut same = None;
@@ -636,11 +643,7 @@ impl Cache {
                 continue;
             };
             if e.hash == h && *e.topic == *key {
-                // The hit's read (see `Cached::write`), over the shards stored with the entry.
-                if shards.begun(&e.shards) == e.tag {
-                    out.extend_from_slice(&e.ids);
-                    stripe.hits.fetch_add(1, Relaxed);
-                    self.judge(stripe, true, false);
+                if self.serve(stripe, e, out) {
                     return;
                 }
                 same = Some((way, p));
