@@ -35,13 +35,29 @@ pub enum Dialect {
     Nats,
 }
 
-/// What a word of a pattern is, as the pattern scanner hands it on.
-#[derive(Clone, Copy)]
-enum Scanned {
-    Word,
+/// One word of a pattern, borrowed from the pattern's text: what the tries walk and build
+/// by, so that a pattern given as text is never built into an owned [`Pattern`] on the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Key<'a> {
+    Word(&'a str),
     One,
     Many,
 }
+
+impl<'a> Key<'a> {
+    /// The key of a parsed pattern's token.
+    pub(crate) fn of(token: &'a Token) -> Key<'a> {
+        match token {
+            Token::Word(w) => Key::Word(w),
+            Token::One => Key::One,
+            Token::Many => Key::Many,
+        }
+    }
+}
+
+/// A pattern's keys: inline up to [`INLINE_WORDS`], so that scanning a pattern allocates
+/// nothing.
+pub(crate) type Keys<'a> = SmallVec<[Key<'a>; INLINE_WORDS]>;
 
 /// One word of a parsed pattern.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -155,11 +171,11 @@ impl Dialect {
     /// Parses and validates a subscription pattern.
     pub fn parse_pattern(self, text: &str) -> Result<Pattern> {
         let mut tokens = Vec::new();
-        self.scan_pattern(text, |word, token| {
-            tokens.push(match token {
-                Scanned::Word => Token::Word(word.into()),
-                Scanned::One => Token::One,
-                Scanned::Many => Token::Many,
+        self.scan_pattern(text, |key| {
+            tokens.push(match key {
+                Key::Word(w) => Token::Word(w.into()),
+                Key::One => Token::One,
+                Key::Many => Token::Many,
             })
         })?;
         Ok(Pattern {
@@ -172,11 +188,19 @@ impl Dialect {
     /// Validates a subscription pattern as [`Dialect::parse_pattern`] does, with the same
     /// errors, without building it: nothing is allocated for a valid pattern.
     pub fn check_pattern(self, text: &str) -> Result<()> {
-        self.scan_pattern(text, |_, _| {})
+        self.scan_pattern(text, |_| {})
     }
 
-    /// Checks `text` as a pattern and hands each word to `each` with what it is.
-    fn scan_pattern(self, text: &str, mut each: impl FnMut(&str, Scanned)) -> Result<()> {
+    /// Validates a subscription pattern as [`Dialect::parse_pattern`] does and returns its
+    /// words borrowed from `text`: nothing is allocated for up to [`INLINE_WORDS`] words.
+    pub(crate) fn pattern_keys(self, text: &str) -> Result<Keys<'_>> {
+        let mut keys = Keys::new();
+        self.scan_pattern(text, |key| keys.push(key))?;
+        Ok(keys)
+    }
+
+    /// Checks `text` as a pattern and hands each of its words to `each`.
+    fn scan_pattern<'t>(self, text: &'t str, mut each: impl FnMut(Key<'t>)) -> Result<()> {
         self.check_common(text, Error::InvalidPattern)?;
         let fail = |at: usize, why: &str| {
             Err(Error::InvalidPattern(Invalid::new(
@@ -190,22 +214,22 @@ impl Dialect {
         let mut words = self.split(text).peekable();
         while let Some((at, word)) = words.next() {
             let last = words.peek().is_none();
-            let token = if word == one {
-                Scanned::One
+            let key = if word == one {
+                Key::One
             } else if word == many {
                 if self != Dialect::Amqp && !last {
                     return fail(at, "the multi-level wildcard must be the last word");
                 }
-                Scanned::Many
+                Key::Many
             } else {
                 if self == Dialect::Mqtt {
                     if let Some(i) = word.find(['+', '#']) {
                         return fail(at + i, "a wildcard must occupy a whole level");
                     }
                 }
-                Scanned::Word
+                Key::Word(word)
             };
-            each(word, token);
+            each(key);
         }
         Ok(())
     }
@@ -333,6 +357,11 @@ impl Pattern {
     /// The pattern's words.
     pub fn tokens(&self) -> &[Token] {
         &self.tokens
+    }
+
+    /// The pattern's words as keys, borrowed from it.
+    pub(crate) fn keys(&self) -> Keys<'_> {
+        self.tokens.iter().map(Key::of).collect()
     }
 
     /// Whether the pattern holds no wildcard, so matches exactly one topic.

@@ -21,6 +21,11 @@ pub trait Matcher: Send + Sync {
     /// Removes the pair; `true` if it was there.
     fn unsubscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool;
 
+    /// Whether `id` is subscribed to `pattern`, given as text. An invalid pattern is never
+    /// there. Wrappers ask it before a write that would change nothing (a client that
+    /// subscribes again on every reconnect), so that such a write disturbs nobody.
+    fn contains(&self, pattern: &str, id: SubscriberId) -> bool;
+
     /// Appends to `out` every subscriber with a pattern that matches `topic`, each once, in no
     /// particular order.
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>);
@@ -46,7 +51,8 @@ pub trait Matcher: Send + Sync {
         out
     }
 
-    /// Parses `pattern` and subscribes `id` to it.
+    /// Parses `pattern` and subscribes `id` to it. The tries override it to walk the pattern's
+    /// words borrowed from the text, so that a pair already there costs no allocation.
     fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
         Ok(self.subscribe(&self.dialect().parse_pattern(pattern)?, id))
     }
@@ -88,8 +94,20 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
         (**self).unsubscribe(pattern, id)
     }
 
+    fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
+        (**self).contains(pattern, id)
+    }
+
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         (**self).lookup_into(topic, out);
+    }
+
+    fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        (**self).subscribe_str(pattern, id)
+    }
+
+    fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        (**self).unsubscribe_str(pattern, id)
     }
 
     fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {

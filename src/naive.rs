@@ -70,6 +70,15 @@ impl Matcher for NaiveMatcher {
         removed
     }
 
+    fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
+        // Only valid patterns are ever keys.
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .patterns
+            .get(pattern)
+            .is_some_and(|(_, subs)| subs.contains(&id))
+    }
+
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());

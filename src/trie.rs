@@ -15,7 +15,8 @@ use std::sync::RwLock;
 use smallvec::SmallVec;
 
 use crate::cstrie::WordsHasher;
-use crate::dialect::{Dialect, Pattern, Token, Topic};
+use crate::dialect::{Dialect, Key, Pattern, Topic};
+use crate::error::Result;
 use crate::matcher::{dedup_from, Matcher, SubscriberId};
 
 type Map<K, V> = HashMap<K, V, WordsHasher>;
@@ -56,6 +57,9 @@ struct Node {
     many: Option<NodeId>,
     subscribers: Set<SubscriberId>,
 }
+
+/// A set of live nodes during a lookup.
+type Nodes = SmallVec<[NodeId; 16]>;
 
 /// The nodes where one subscriber's patterns end: a short inline list while it has few (the
 /// common case, and no allocation up to 3), a set once it has many, so that unsubscribing
@@ -152,6 +156,15 @@ impl Trie {
         }
     }
 
+    /// Adds the pair; `true` if it was not there. A pair already there is found under the
+    /// read lock, so subscribing again (a client that reconnects) never stops the readers.
+    fn add(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+        if self.read().holds(keys, id) {
+            return false;
+        }
+        self.write().subscribe(keys, id)
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -162,21 +175,55 @@ impl Trie {
 }
 
 impl Inner {
-    fn child(&self, node: NodeId, token: &Token) -> Option<NodeId> {
+    fn child(&self, node: NodeId, key: Key<'_>) -> Option<NodeId> {
         let n = &self.nodes[node as usize];
-        match token {
-            Token::Word(w) => n.words.get(w).copied(),
-            Token::One => n.one,
-            Token::Many => n.many,
+        match key {
+            Key::Word(w) => n.words.get(w).copied(),
+            Key::One => n.one,
+            Key::Many => n.many,
         }
     }
 
-    /// The node of `pattern`, if the trie has its path.
-    fn find(&self, pattern: &Pattern) -> Option<NodeId> {
-        pattern
-            .tokens()
-            .iter()
-            .try_fold(ROOT, |node, t| self.child(node, t))
+    /// The node of the pattern with these keys, if the trie has its path.
+    fn find(&self, keys: &[Key<'_>]) -> Option<NodeId> {
+        keys.iter().try_fold(ROOT, |node, &k| self.child(node, k))
+    }
+
+    /// Whether `id` is subscribed to the pattern with these keys.
+    fn holds(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+        self.find(keys)
+            .is_some_and(|node| self.nodes[node as usize].subscribers.contains(&id))
+    }
+
+    /// Adds the pair; `true` if it was not there.
+    fn subscribe(&mut self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+        let node = self.find_or_insert(keys);
+        if !self.nodes[node as usize].subscribers.insert(id) {
+            return false;
+        }
+        self.len += 1;
+        self.by_subscriber
+            .entry(id)
+            .or_insert_with(Ends::new)
+            .insert(node);
+        true
+    }
+
+    /// Removes the pair; `true` if it was there.
+    fn unsubscribe(&mut self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+        let Some(node) = self.find(keys) else {
+            return false;
+        };
+        if !self.remove(node, id) {
+            return false;
+        }
+        if let Some(ends) = self.by_subscriber.get_mut(&id) {
+            ends.remove(node);
+            if ends.is_empty() {
+                self.by_subscriber.remove(&id);
+            }
+        }
+        true
     }
 
     fn alloc(&mut self, parent: NodeId, edge: Edge) -> NodeId {
@@ -195,16 +242,16 @@ impl Inner {
         }
     }
 
-    fn find_or_insert(&mut self, pattern: &Pattern) -> NodeId {
+    fn find_or_insert(&mut self, keys: &[Key<'_>]) -> NodeId {
         let mut node = ROOT;
-        for token in pattern.tokens() {
-            node = match self.child(node, token) {
+        for &key in keys {
+            node = match self.child(node, key) {
                 Some(next) => next,
                 None => {
-                    let edge = match token {
-                        Token::Word(w) => Edge::Word(w.clone()),
-                        Token::One => Edge::One,
-                        Token::Many => Edge::Many,
+                    let edge = match key {
+                        Key::Word(w) => Edge::Word(w.into()),
+                        Key::One => Edge::One,
+                        Key::Many => Edge::Many,
                     };
                     let next = self.alloc(node, edge.clone());
                     let n = &mut self.nodes[node as usize];
@@ -274,8 +321,9 @@ impl Inner {
     /// Appends the subscribers of every pattern matching `topic`, possibly more than once.
     fn collect(&self, dialect: Dialect, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         let zero_or_more = dialect.many_min() == 0;
-        let mut live: Vec<NodeId> = Vec::new();
-        let mut next: Vec<NodeId> = Vec::new();
+        // Inline up to 16 live nodes: a lookup allocates nothing but its answer.
+        let mut live: Nodes = Nodes::new();
+        let mut next: Nodes = Nodes::new();
         // At the root, a `$` topic takes no wildcard edge.
         if topic.is_dollar() {
             live.push(ROOT);
@@ -318,7 +366,7 @@ impl Inner {
 
     /// Adds `node` to the live set, and the chain of wildcards below it when `#` may match
     /// nothing (`a.#.#` reaches both wildcards without reading a word).
-    fn enter(&self, mut node: NodeId, zero_or_more: bool, live: &mut Vec<NodeId>) {
+    fn enter(&self, mut node: NodeId, zero_or_more: bool, live: &mut Nodes) {
         live.push(node);
         if zero_or_more {
             while let Some(many) = self.nodes[node as usize].many {
@@ -340,18 +388,7 @@ impl Matcher for Trie {
             self.dialect,
             "pattern of another dialect"
         );
-        let mut inner = self.write();
-        let node = inner.find_or_insert(pattern);
-        if !inner.nodes[node as usize].subscribers.insert(id) {
-            return false;
-        }
-        inner.len += 1;
-        inner
-            .by_subscriber
-            .entry(id)
-            .or_insert_with(Ends::new)
-            .insert(node);
-        true
+        self.add(&pattern.keys(), id)
     }
 
     fn unsubscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {
@@ -360,20 +397,22 @@ impl Matcher for Trie {
             self.dialect,
             "pattern of another dialect"
         );
-        let mut inner = self.write();
-        let Some(node) = inner.find(pattern) else {
-            return false;
-        };
-        if !inner.remove(node, id) {
-            return false;
-        }
-        if let Some(ends) = inner.by_subscriber.get_mut(&id) {
-            ends.remove(node);
-            if ends.is_empty() {
-                inner.by_subscriber.remove(&id);
-            }
-        }
-        true
+        self.write().unsubscribe(&pattern.keys(), id)
+    }
+
+    fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        Ok(self.add(&self.dialect.pattern_keys(pattern)?, id))
+    }
+
+    fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        let keys = self.dialect.pattern_keys(pattern)?;
+        Ok(self.write().unsubscribe(&keys, id))
+    }
+
+    fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
+        self.dialect
+            .pattern_keys(pattern)
+            .is_ok_and(|keys| self.read().holds(&keys, id))
     }
 
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {

@@ -63,3 +63,32 @@ fn every_matcher_equals_the_oracle_in_every_dialect() {
         }
     }
 }
+
+/// An invalid pattern is never there, and writing it is an error that changes nothing, on
+/// every matcher and on the way through a result cache, whatever valid pairs are held.
+#[test]
+fn an_invalid_pattern_is_never_there_and_never_written() {
+    let invalid = [
+        (Dialect::Mqtt, "a/#/b"),
+        (Dialect::Mqtt, "a/b+"),
+        (Dialect::Mqtt, ""),
+        (Dialect::Mqtt, "a/\u{0}"),
+        (Dialect::Nats, "a..b"),
+        (Dialect::Nats, ""),
+        (Dialect::Nats, ">.a"),
+        (Dialect::Nats, "a b"),
+    ];
+    for (name, make) in matchers() {
+        for (d, text) in invalid {
+            let m = make(d);
+            for valid in ["a", "a/b", "a.b", "#", ">", "*", "+"] {
+                let _ = m.subscribe_str(valid, 1);
+            }
+            let len = m.len();
+            assert!(!m.contains(text, 1), "{name} ({d}) contains {text:?}");
+            assert!(m.subscribe_str(text, 1).is_err(), "{name} ({d}) {text:?}");
+            assert!(m.unsubscribe_str(text, 1).is_err(), "{name} ({d}) {text:?}");
+            assert_eq!(m.len(), len, "{name} ({d}) {text:?}");
+        }
+    }
+}

@@ -394,6 +394,10 @@ impl Matcher for InvertedBitmap {
         })
     }
 
+    fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
+        self.table.read(|t| t.patterns.contains(pattern, id))
+    }
+
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
         let start = out.len();

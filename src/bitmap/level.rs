@@ -338,6 +338,10 @@ impl Matcher for LevelBitmap {
             })
     }
 
+    fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
+        self.state.read(|s| s.patterns.contains(pattern, id))
+    }
+
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
         let start = out.len();

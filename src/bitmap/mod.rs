@@ -224,6 +224,14 @@ impl PatternTable {
         }
     }
 
+    /// Whether the pair is there (only valid patterns are ever numbered).
+    pub(crate) fn contains(&self, text: &str, id: SubscriberId) -> bool {
+        self.numbers
+            .get(text)
+            .and_then(|&n| self.slot(n))
+            .is_some_and(|slot| slot.subscribers.binary_search(&id).is_ok())
+    }
+
     /// Removes the pair. `None` if it was not there; else the pattern's number and whether
     /// the pattern is gone (its number freed).
     pub(crate) fn unsubscribe(&mut self, text: &str, id: SubscriberId) -> Option<(u32, bool)> {

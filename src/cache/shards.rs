@@ -27,7 +27,7 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::dialect::{Token, Topic};
+use crate::dialect::{Key, Topic};
 use crate::sync::AtomicU64;
 
 /// Leading word positions that key a shard. Two keep a hit to four counter loads; a pattern
@@ -140,14 +140,14 @@ fn index(mask: usize, h: u64) -> usize {
     }
 }
 
-/// The shard a write of a pattern with these tokens goes to.
-pub(super) fn of_pattern(tokens: &[Token]) -> usize {
+/// The shard a write of a pattern with these keys goes to.
+pub(super) fn of_pattern(keys: &[Key<'_>]) -> usize {
     let (mut mask, mut h) = (0, 0);
-    for (i, token) in tokens.iter().take(KEY_WORDS).enumerate() {
-        match token {
-            Token::Many => break,
-            Token::One => {}
-            Token::Word(w) => {
+    for (i, key) in keys.iter().take(KEY_WORDS).enumerate() {
+        match key {
+            Key::Many => break,
+            Key::One => {}
+            Key::Word(w) => {
                 mask |= 1 << i;
                 h = mix(h, i, super::hash(w.as_bytes()));
             }
@@ -192,7 +192,7 @@ mod tests {
         };
         let m = NaiveMatcher::new(d);
         m.subscribe(&p, 1);
-        !m.lookup(&t).contains(&1) || of_topic(&t).iter().any(|i| i == of_pattern(p.tokens()))
+        !m.lookup(&t).contains(&1) || of_topic(&t).iter().any(|i| i == of_pattern(&p.keys()))
     }
 
     #[test]
@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn shards_separate_what_writes_cannot_change() {
         let d = Dialect::Amqp;
-        let shard = |p: &str| of_pattern(d.parse_pattern(p).unwrap().tokens());
+        let shard = |p: &str| of_pattern(&d.pattern_keys(p).unwrap());
         let topic = d.parse_topic("x.y.z").unwrap();
         let mine = of_topic(&topic);
         assert_eq!(mine.iter().count(), 4);
@@ -298,7 +298,7 @@ mod loom_tests {
         /// A write of `pattern` that adds `bit` to the topic's answer (0: changes nothing).
         fn write(&self, pattern: &str, bit: u64) {
             let p = Dialect::Amqp.parse_pattern(pattern).unwrap();
-            self.shards.write(of_pattern(p.tokens()), || {
+            self.shards.write(of_pattern(&p.keys()), || {
                 self.answer.fetch_or(bit, Release);
             });
         }

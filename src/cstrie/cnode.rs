@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use super::hamt::{HashKey, Moves, PMap, PSet};
 use super::inode::INode;
-use crate::dialect::Token;
+pub(crate) use crate::dialect::Key;
 
 /// A branch: the subscribers of the pattern prefix ending at this key, and the level below.
 #[derive(Clone, Default)]
@@ -134,25 +134,6 @@ pub(crate) fn word_hash(w: &str) -> u64 {
 
 /// The hand-overs of a moving update of a word map (see `hamt.rs`).
 pub(crate) type WordMoves = Moves<Word, ()>;
-
-/// The key of a branch: a word or a wildcard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Key<'a> {
-    Word(&'a str),
-    One,
-    Many,
-}
-
-impl<'a> Key<'a> {
-    /// The key a pattern token takes.
-    pub(crate) fn of(token: &'a Token) -> Key<'a> {
-        match token {
-            Token::Word(w) => Key::Word(w),
-            Token::One => Key::One,
-            Token::Many => Key::Many,
-        }
-    }
-}
 
 /// One level: branches keyed by word, plus the wildcard slots.
 #[derive(Clone, Default)]

@@ -64,6 +64,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
+use smallvec::SmallVec;
 
 use self::cnode::{word_hash, Branch, CNode, Key, WordMoves};
 /// The memory of the word maps' and subscriber sets' nodes, which come from a pool of their
@@ -73,7 +74,8 @@ use self::hamt::PSet;
 use self::inode::{Gen, INode, Main, MainNode};
 use self::snapshot::RootNode;
 pub use self::validate::Quiescence;
-use crate::dialect::{Dialect, Pattern, Token, Topic};
+use crate::dialect::{Dialect, Pattern, Topic};
+use crate::error::Result;
 use crate::matcher::{dedup_from, Matcher, SubscriberId};
 use crate::sync::AtomicUsize;
 
@@ -254,28 +256,28 @@ impl CSTrie {
         self.gcas(parent, pm, MainNode::new(Main::C(ncn)), moves, guard)
     }
 
-    /// The chain of fresh I-nodes for `rest` (at least one token), whose last branch holds `id`.
+    /// The chain of fresh I-nodes for `rest` (at least one key), whose last branch holds `id`.
     /// Built bottom-up in a loop, so a 100,000-word pattern costs no stack.
-    fn chain(rest: &[Token], id: SubscriberId, gen: Gen) -> Arc<INode> {
+    fn chain(rest: &[Key<'_>], id: SubscriberId, gen: Gen) -> Arc<INode> {
         let (last, above) = rest.split_last().expect("a non-empty rest");
         let leaf = Branch {
             subs: PSet::default().insert(id),
             next: None,
         };
-        let mut cn = CNode::default().with(Key::of(last), leaf).0;
-        for token in above.iter().rev() {
+        let mut cn = CNode::default().with(*last, leaf).0;
+        for &key in above.iter().rev() {
             let inode = Arc::new(INode::new(gen, Main::C(cn)));
             let branch = Branch {
                 subs: PSet::default(),
                 next: Some(inode),
             };
-            cn = CNode::default().with(Key::of(token), branch).0;
+            cn = CNode::default().with(key, branch).0;
         }
         Arc::new(INode::new(gen, Main::C(cn)))
     }
 
     /// insert (figure 2), as a loop: `true` if the pair is new.
-    fn insert(&self, tokens: &[Token], id: SubscriberId) -> bool {
+    fn insert(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
         let guard = &self.pin_for_write();
         'restart: loop {
             let root = self.rdcss_read_root(false, guard);
@@ -293,7 +295,7 @@ impl CSTrie {
                     }
                     continue 'restart;
                 };
-                if tokens.is_empty() {
+                if keys.is_empty() {
                     // 1) the empty pattern, at the root
                     if cn.here.contains(id) {
                         return false;
@@ -311,9 +313,9 @@ impl CSTrie {
                     }
                     continue 'restart;
                 }
-                let key = Key::of(&tokens[depth]);
+                let key = keys[depth];
                 let branch = cn.get(key);
-                if depth + 1 == tokens.len() {
+                if depth + 1 == keys.len() {
                     // 2) the last word: add `id` to its branch
                     let b = branch.cloned().unwrap_or_default();
                     if b.subs.contains(id) {
@@ -346,7 +348,7 @@ impl CSTrie {
                     None => {
                         let nb = Branch {
                             subs: branch.map(|b| b.subs.clone()).unwrap_or_default(),
-                            next: Some(Self::chain(&tokens[depth + 1..], id, startgen)),
+                            next: Some(Self::chain(&keys[depth + 1..], id, startgen)),
                         };
                         let (ncn, moves) = cn.with(key, nb);
                         if self.gcas(i, m, MainNode::new(Main::C(ncn)), moves, guard) {
@@ -360,7 +362,7 @@ impl CSTrie {
     }
 
     /// remove (figure 3), as a loop: `true` if the pair was there.
-    fn remove(&self, tokens: &[Token], id: SubscriberId) -> bool {
+    fn remove(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
         let guard = &self.pin_for_write();
         // The I-nodes above the current one, with the key taken out of each.
         let mut path: Vec<(&INode, Key<'_>)> = Vec::new();
@@ -379,7 +381,7 @@ impl CSTrie {
                     }
                     continue 'restart;
                 };
-                if tokens.is_empty() {
+                if keys.is_empty() {
                     // 1) the empty pattern, at the root
                     let Some(here) = cn.here.remove(id) else {
                         return false;
@@ -397,11 +399,11 @@ impl CSTrie {
                     }
                     continue 'restart;
                 }
-                let key = Key::of(&tokens[depth]);
+                let key = keys[depth];
                 let Some(branch) = cn.get(key) else {
                     return false;
                 };
-                if depth + 1 < tokens.len() {
+                if depth + 1 < keys.len() {
                     let Some(x) = branch.next.as_deref() else {
                         return false;
                     };
@@ -448,6 +450,29 @@ impl CSTrie {
                 return true;
             }
         }
+    }
+
+    /// Whether `id` is subscribed to the pattern with these keys: the paper's lookup of one
+    /// key, a walk down one path, linearizable at the read of the last C-node. A T-node on
+    /// the path is a level emptied by a remove, so the pair is not there.
+    fn holds(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+        let guard = &self.pin();
+        let mut i = self.rdcss_read_root(false, guard);
+        let Some((last, above)) = keys.split_last() else {
+            return Self::cnode(self.gcas_read(i, guard)).is_some_and(|cn| cn.here.contains(id));
+        };
+        for &key in above {
+            let next = Self::cnode(self.gcas_read(i, guard))
+                .and_then(|cn| cn.get(key))
+                .and_then(|b| b.next.as_deref());
+            match next {
+                Some(x) => i = x,
+                None => return false,
+            }
+        }
+        Self::cnode(self.gcas_read(i, guard))
+            .and_then(|cn| cn.get(*last))
+            .is_some_and(|b| b.subs.contains(id))
     }
 
     /// clean / cleanParent: cuts the tombed I-node `tombed` out of `parent`'s branch `key`,
@@ -526,7 +551,13 @@ impl Hasher for PtrHasher {
 /// The order of reads is the order of the walk, never an order of addresses: a loom model
 /// replays each execution and requires every replay to make the same atomic operations in the
 /// same order, and allocation addresses differ from one execution to the next.
-type Reads<'g> = Vec<(&'g INode, Shared<'g, MainNode>)>;
+///
+/// Inline up to 16 reads, as the sets of live prefixes are up to 8 ([`Lives`]): a lookup of a
+/// few live prefixes allocates nothing but its answer.
+type Reads<'g> = SmallVec<[(&'g INode, Shared<'g, MainNode>); 16]>;
+
+/// A set of live prefixes, in the walk's order.
+type Lives<'g> = SmallVec<[Live<'g>; 8]>;
 
 /// Up to this many entries, `dedup_live` searches linearly.
 const SCAN_MAX: usize = 16;
@@ -536,7 +567,7 @@ type Seen = HashSet<usize, BuildHasherDefault<PtrHasher>>;
 
 /// Removes repeated prefixes from `live`, keeping the first of each in place (see `Reads` for
 /// why the order must stay). Linear for the short sets most lookups carry.
-fn dedup_live(live: &mut Vec<Live<'_>>, seen: &mut Seen) {
+fn dedup_live(live: &mut Lives<'_>, seen: &mut Seen) {
     if live.len() <= SCAN_MAX {
         let mut kept = 0;
         for i in 0..live.len() {
@@ -605,7 +636,7 @@ impl CSTrie {
         &self,
         mut p: Live<'g>,
         zero_or_more: bool,
-        live: &mut Vec<Live<'g>>,
+        live: &mut Lives<'g>,
         reads: &mut Reads<'g>,
         guard: &'g Guard,
     ) {
@@ -639,8 +670,8 @@ impl CSTrie {
             next: Some(root_cn),
             many: false,
         };
-        let mut live: Vec<Live<'g>> = Vec::with_capacity(8);
-        let mut next: Vec<Live<'g>> = Vec::with_capacity(8);
+        let mut live = Lives::new();
+        let mut next = Lives::new();
         let mut seen = Seen::default();
         // At the root, a `$` topic takes no wildcard edge.
         if topic.is_dollar() {
@@ -762,7 +793,7 @@ impl Matcher for CSTrie {
             self.dialect,
             "pattern of another dialect"
         );
-        if self.read_only || !self.insert(pattern.tokens(), id) {
+        if self.read_only || !self.insert(&pattern.keys(), id) {
             return false;
         }
         self.len.fetch_add(1, Relaxed);
@@ -776,11 +807,35 @@ impl Matcher for CSTrie {
             self.dialect,
             "pattern of another dialect"
         );
-        if self.read_only || !self.remove(pattern.tokens(), id) {
+        if self.read_only || !self.remove(&pattern.keys(), id) {
             return false;
         }
         self.len.fetch_sub(1, Relaxed);
         true
+    }
+
+    fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        let keys = self.dialect.pattern_keys(pattern)?;
+        if self.read_only || !self.insert(&keys, id) {
+            return Ok(false);
+        }
+        self.len.fetch_add(1, Relaxed);
+        Ok(true)
+    }
+
+    fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
+        let keys = self.dialect.pattern_keys(pattern)?;
+        if self.read_only || !self.remove(&keys, id) {
+            return Ok(false);
+        }
+        self.len.fetch_sub(1, Relaxed);
+        Ok(true)
+    }
+
+    fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
+        self.dialect
+            .pattern_keys(pattern)
+            .is_ok_and(|keys| self.holds(&keys, id))
     }
 
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
@@ -788,7 +843,7 @@ impl Matcher for CSTrie {
         let start = out.len();
         {
             let guard = &self.pin();
-            let mut reads: Reads<'_> = Vec::with_capacity(16);
+            let mut reads = Reads::new();
             let attempts = if self.read_only { 1 } else { LOOKUP_ATTEMPTS };
             for _ in 0..attempts {
                 reads.clear();

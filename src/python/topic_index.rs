@@ -18,7 +18,7 @@ use super::errors::{read_only, to_py, InvalidTopic};
 use super::gil;
 use super::registry::Registry;
 use super::text::{utf8, Kind};
-use crate::dialect::{Dialect, Pattern};
+use crate::dialect::Dialect;
 use crate::matcher::{Matcher, SubscriberId};
 
 impl<M> Drop for TopicIndex<M> {
@@ -111,9 +111,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         }
     }
 
-    fn pattern(&self, pattern: &Bound<'_, PyAny>) -> PyResult<Pattern> {
+    /// The text of a valid pattern, checked before any subscriber is registered. The core
+    /// takes it as text and walks its words borrowed from it, so nothing is built for it.
+    fn pattern<'a>(&self, pattern: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         let text = utf8(pattern, Kind::Pattern)?;
-        self.core.dialect().parse_pattern(text).map_err(to_py)
+        self.core.dialect().check_pattern(text).map_err(to_py)?;
+        Ok(text)
     }
 
     pub(crate) fn subscribe(
@@ -122,10 +125,10 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         subscriber: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         self.writable()?;
-        let pattern = self.pattern(pattern)?;
+        let text = self.pattern(pattern)?;
         let core = &self.core;
         self.registry.adding(subscriber, |id| {
-            Ok(gil::write(subscriber.py(), || core.subscribe(&pattern, id)))
+            gil::write(subscriber.py(), || core.subscribe_str(text, id)).map_err(to_py)
         })
     }
 
@@ -179,17 +182,18 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let mut added = 0;
         for (start, chunk) in checked.chunks(CHUNK).enumerate() {
             let chunk_ids = &ids[start * CHUNK..start * CHUNK + chunk.len()];
-            // `str` and `bytes` are immutable, so each pattern parses as it was checked.
-            let patterns = chunk
+            let texts = chunk
                 .iter()
-                .map(|(pattern, _)| self.pattern(pattern))
-                .collect::<PyResult<Vec<Pattern>>>();
-            let new: Vec<bool> = match patterns {
-                Ok(patterns) => gil::detach(py, || {
-                    patterns
+                .map(|(pattern, _)| utf8(pattern, Kind::Pattern))
+                .collect::<PyResult<Vec<&str>>>();
+            let new: Vec<bool> = match texts {
+                // `str` and `bytes` are immutable, so each pattern is as valid as it was
+                // checked: no error comes back, and one would only count the pair as not new.
+                Ok(texts) => gil::detach(py, || {
+                    texts
                         .iter()
                         .zip(chunk_ids)
-                        .map(|(p, &id)| core.subscribe(p, id))
+                        .map(|(text, &id)| matches!(core.subscribe_str(text, id), Ok(true)))
                         .collect()
                 }),
                 Err(e) => {
@@ -224,12 +228,11 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         subscriber: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         self.writable()?;
-        let pattern = self.pattern(pattern)?;
+        let text = self.pattern(pattern)?;
         let core = &self.core;
         let removed = self.registry.removing(subscriber, |id| {
-            Ok(usize::from(gil::write(subscriber.py(), || {
-                core.unsubscribe(&pattern, id)
-            })))
+            let removed = gil::write(subscriber.py(), || core.unsubscribe_str(text, id));
+            Ok(usize::from(removed.map_err(to_py)?))
         })?;
         Ok(removed == 1)
     }

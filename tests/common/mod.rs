@@ -73,7 +73,7 @@ fn sorted(mut v: Vec<SubscriberId>) -> Vec<SubscriberId> {
 }
 
 /// Runs `ops` against `m` and the oracle, failing on the first difference (return values,
-/// lookups, sizes, the final list of pairs). Returns how many lookups were compared.
+/// lookups, sizes, `contains`, the final list of pairs). Returns how many lookups were compared.
 pub fn agree_with_oracle(m: &dyn Matcher, ops: &[Op]) -> Result<usize, TestCaseError> {
     let d = m.dialect();
     let oracle = NaiveMatcher::new(d);
@@ -110,6 +110,24 @@ pub fn agree_with_oracle(m: &dyn Matcher, ops: &[Op]) -> Result<usize, TestCaseE
             }
         }
         prop_assert_eq!(m.len(), oracle.len());
+        // Which subscribers hold the op's pattern now (a topic's text read as a pattern,
+        // valid or not, for the lookups): the path of a pair present, absent, or half there.
+        let text = match op {
+            Op::Subscribe(p, _) | Op::Unsubscribe(p, _) => Some(p),
+            Op::Lookup(t) => Some(t),
+            Op::RemoveSubscriber(_) => None,
+        };
+        if let Some(text) = text {
+            for s in 0..6 {
+                prop_assert_eq!(
+                    m.contains(text, s),
+                    oracle.contains(text, s),
+                    "contains {:?} {}",
+                    text,
+                    s
+                );
+            }
+        }
     }
     let mut got = m.subscriptions();
     let mut want = oracle.subscriptions();
