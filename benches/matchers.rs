@@ -288,6 +288,10 @@ fn throughput(c: &mut Criterion) {
         format!("fanout-{}", s.fanout),
         workload::fanout(s.fanout, 4, d, 0),
     ));
+    cases.push((
+        "openamq-2000".into(),
+        workload::openamq(2000, s.topics, d, 0),
+    ));
     let mut g = c.benchmark_group("throughput");
     for (label, w) in &cases {
         let subs = parse_patterns(d, &w.subscriptions);

@@ -258,6 +258,43 @@ pub fn fanout(n: usize, n_topics: usize, d: Dialect, seed: u64) -> Workload {
     }
 }
 
+/// The word tables of the OpenAMQ matching experiment, one per topic level.
+pub const OPENAMQ_LEVELS: [usize; 5] = [6, 7, 6, 5, 6];
+/// The chance that a level of a subscription is the one-word wildcard: 180 expected matches
+/// per message at 2,000 subscriptions, the experiment's own figure.
+pub const OPENAMQ_WILDCARD: f64 = 0.54;
+
+/// The OpenAMQ white paper's matching experiment: five levels from tables of 6, 7, 6, 5 and 6
+/// words; each of `n` subscriptions (one subscriber each) takes the one-word wildcard at a
+/// level with chance [`OPENAMQ_WILDCARD`], else a word of the table; each message a word of
+/// every table. About 180 subscribers per message at `n` = 2,000.
+pub fn openamq(n: usize, n_topics: usize, d: Dialect, seed: u64) -> Workload {
+    let mut rng = Rng::new(seed);
+    let word = |level: usize, i: usize| format!("l{level}w{i}");
+    let mut draw = |wildcard: f64| -> String {
+        let words: Vec<String> = OPENAMQ_LEVELS
+            .iter()
+            .enumerate()
+            .map(|(level, &k)| {
+                if rng.unit() < wildcard {
+                    d.one_word().to_owned()
+                } else {
+                    word(level, rng.below(k))
+                }
+            })
+            .collect();
+        let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        join(d, &refs)
+    };
+    let subscriptions = (0..n).map(|i| (draw(OPENAMQ_WILDCARD), i as u32)).collect();
+    let topics = (0..n_topics).map(|_| draw(0.0)).collect();
+    Workload {
+        dialect: d,
+        subscriptions,
+        topics,
+    }
+}
+
 /// Mercure-style selectors and updates: `n` subscribers with three selectors each (a URI
 /// template of a resource kind, an exact resource URL, or a template narrowed to one parent),
 /// and updates of two topics (the resource URL and `?format=jsonld`).

@@ -127,12 +127,19 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
     }
 }
 
-/// Sorts and deduplicates `out[start..]`, for matchers that can reach a subscriber twice.
+/// Deduplicates `out[start..]`, for matchers that can reach a subscriber twice. Short tails
+/// are sorted; a long one (a broker's fan-out: hundreds of subscribers from as many patterns)
+/// is deduplicated in one pass over a per-thread bitmap of the ids seen, when its ids are
+/// small enough for that bitmap, which is cleared again through the kept ids alone.
 pub(crate) fn dedup_from(out: &mut Vec<SubscriberId>, start: usize) {
     let tail = &mut out[start..];
     if tail.len() < 2 {
         return;
     }
+    if tail.len() > SORT_MAX && dedup_marked(out, start) {
+        return;
+    }
+    let tail = &mut out[start..];
     tail.sort_unstable();
     let mut keep = start + 1;
     for i in start + 1..out.len() {
@@ -144,7 +151,51 @@ pub(crate) fn dedup_from(out: &mut Vec<SubscriberId>, start: usize) {
     out.truncate(keep);
 }
 
-#[cfg(test)]
+/// Tails up to this long are sorted to deduplicate them.
+const SORT_MAX: usize = 48;
+
+/// Ids below this are deduplicated by marking: a thread's bitmap is at most 128 KiB.
+const MARK_IDS: SubscriberId = 1 << 20;
+
+std::thread_local! {
+    /// The ids a deduplication has seen so far; all zero between deduplications.
+    static MARKS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Deduplicates `out[start..]` keeping the first of each id, by marking; `false` (and
+/// nothing done) when an id is too large for the bitmap.
+fn dedup_marked(out: &mut Vec<SubscriberId>, start: usize) -> bool {
+    let Some(&max) = out[start..].iter().max() else {
+        return true;
+    };
+    if max >= MARK_IDS {
+        return false;
+    }
+    MARKS.with(|marks| {
+        let mut marks = marks.borrow_mut();
+        let words = max as usize / 64 + 1;
+        if marks.len() < words {
+            marks.resize(words, 0);
+        }
+        let mut keep = start;
+        for i in start..out.len() {
+            let id = out[i];
+            let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
+            if marks[word] & bit == 0 {
+                marks[word] |= bit;
+                out[keep] = id;
+                keep += 1;
+            }
+        }
+        out.truncate(keep);
+        for &id in &out[start..] {
+            marks[id as usize / 64] = 0;
+        }
+    });
+    true
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::dedup_from;
 
@@ -153,5 +204,32 @@ mod tests {
         let mut v = vec![9, 9, 3, 1, 3, 2, 1];
         dedup_from(&mut v, 2);
         assert_eq!(v, vec![9, 9, 1, 2, 3]);
+    }
+
+    proptest::proptest! {
+        /// Long tails (marked) and short ones (sorted), small ids and ids past the bitmap:
+        /// the prefix stays, each id of the tail once, and the marks are clear afterwards (the
+        /// next deduplication on the thread sees none of this one's ids).
+        #[test]
+        fn dedup_from_keeps_each_id_once(
+            prefix in proptest::collection::vec(0u32..50, 0..4),
+            tail in proptest::collection::vec(0u32..300, 0..200),
+            big in proptest::bool::ANY,
+        ) {
+            let shift = if big { super::MARK_IDS - 100 } else { 0 };
+            let tail: Vec<u32> = tail.iter().map(|&x| x + shift).collect();
+            for _ in 0..2 {
+                let mut v = prefix.clone();
+                v.extend(&tail);
+                dedup_from(&mut v, prefix.len());
+                proptest::prop_assert_eq!(&v[..prefix.len()], &prefix[..]);
+                let mut got = v[prefix.len()..].to_vec();
+                got.sort_unstable();
+                let mut want = tail.clone();
+                want.sort_unstable();
+                want.dedup();
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
     }
 }

@@ -62,6 +62,8 @@ class Profile:
     thread_sizes: tuple[int, ...] = (10_000, 100_000)
     thread_batches: tuple[int, ...] = (64, 2000)
     rounds: int = 3
+    #: Messages of the OpenAMQ experiment (the paper routes 1,000,000).
+    openamq_messages: int = 1_000_000
 
 
 PROFILES = {
@@ -84,6 +86,7 @@ PROFILES = {
         n_topics=1000,
         ids_size=100_000,
         fanout_size=100_000,
+        openamq_messages=200_000,
     ),
     "tiny": Profile(
         "tiny",
@@ -99,6 +102,7 @@ PROFILES = {
         thread_sizes=(300,),
         thread_batches=(8,),
         rounds=1,
+        openamq_messages=2000,
     ),
 }
 
@@ -398,6 +402,94 @@ THREAD_VARIANTS = (
 THREAD_TOPICS = 2000
 
 
+#: The OpenAMQ paper's own figure: 170M matches in 26 s on a 2 GHz workstation (2007).
+OPENAMQ_PAPER_MATCHES_PER_S = 170e6 / 26
+OPENAMQ_PAPER_GHZ = 2.0
+#: The batch of the experiment's `lookup_many` calls.
+OPENAMQ_BATCH = 10_000
+
+
+def _fanout_impls(dialect: str, subs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    return [
+        ("Trie", tm.Trie(dialect, subs, cache_size=0)),
+        ("CSTrie", tm.CSTrie(dialect, subs, cache_size=0)),
+        ("Trie (cached)", tm.Trie(dialect, subs)),
+        ("CSTrie (cached)", tm.CSTrie(dialect, subs)),
+        ("InvertedBitmap", tm.InvertedBitmap(dialect, subs)),
+    ]
+
+
+def fanout_cost(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """What each delivered subscriber costs from Python, on the OpenAMQ experiment
+    (`workload.openamq`): a hot topic's `lookup` per subscriber it returns, beside `list(t)` of
+    a tuple of the same objects, in interleaved rounds (best of each); then the experiment
+    itself, `lookup_many` in batches of 10,000 over every message with the collector on, as a
+    user runs it, in matches per second, beside the paper's figure."""
+    w = workload.openamq(2000, profile.openamq_messages, "amqp")
+    impls = _fanout_impls("amqp", w.subscriptions)
+    plain = impls[0][1]
+    sample = w.topics[:2000]
+    sizes = [len(x) for x in plain.lookup_many(sample)]
+    hot = min(zip(sample, sizes, strict=True), key=lambda ts: abs(ts[1] - 180))[0]
+    objs = tuple(plain.lookup(hot))
+    rows: list[dict[str, Any]] = []
+    rounds = 7 if profile.name != "tiny" else 1
+    round_time = profile.min_time / 2
+    copy: list[float] = []
+    per: dict[str, list[float]] = {name: [] for name, _ in impls}
+    for m in (m for _, m in impls):
+        for _ in range(4):  # a cache admits a topic on its second miss
+            m.lookup(hot)
+    for _ in range(rounds):
+        copy.append(_per_call_round(list, [objs], round_time) / len(objs))
+        for name, m in impls:
+            per[name].append(_per_call_round(m.lookup, [hot], round_time) / len(objs))
+    best_copy = min(copy)
+    for name, _ in impls:
+        best = min(per[name])
+        rows.append(
+            {
+                "kind": "hot lookup",
+                "impl": name,
+                "delivered": len(objs),
+                "ns_per_delivered": best * 1e9,
+                "ns_per_delivered_max": max(per[name]) * 1e9,
+                "list_copy_ns": best_copy * 1e9,
+                "vs_list_copy": best / best_copy,
+            }
+        )
+        log(f"  hot lookup {name}: {best * 1e9:.2f} ns per delivered ({best / best_copy:.1f}x)")
+    batches = [w.topics[i : i + OPENAMQ_BATCH] for i in range(0, len(w.topics), OPENAMQ_BATCH)]
+    delivered = sum(map(len, plain.lookup_many(w.topics)))
+    runs = max(1, min(profile.rounds, 3))
+    for name, m in impls:
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            for b in batches:
+                m.lookup_many(b)
+            times.append(time.perf_counter() - start)
+        mid = _median_spread(times)
+        rate = delivered / mid[0]
+        rows.append(
+            {
+                "kind": "openamq",
+                "impl": name,
+                "messages": len(w.topics),
+                "delivered": delivered,
+                "seconds": mid[0],
+                "matches_per_s": rate,
+                "matches_per_s_min": delivered / mid[2],
+                "matches_per_s_max": delivered / mid[1],
+                "msg_per_s": len(w.topics) / mid[0],
+                "vs_paper": rate / OPENAMQ_PAPER_MATCHES_PER_S,
+            }
+        )
+        paper = rate / OPENAMQ_PAPER_MATCHES_PER_S
+        log(f"  openamq {name}: {rate / 1e6:.1f}M matches/s ({paper:.1f}x the paper)")
+    return rows
+
+
 def _rate_window(
     bodies: Sequence[Callable[[Callable[[], bool], list[int], int], None]],
     seconds: float,
@@ -683,6 +775,8 @@ def machine() -> dict[str, Any]:
             for line in f:
                 if line.startswith("model name"):
                     info["cpu"] = line.split(":", 1)[1].strip()
+                elif line.startswith("cpu MHz"):
+                    info["cpu_mhz"] = float(line.split(":", 1)[1])
                     break
         with open("/proc/meminfo") as f:
             info["memory_kb"] = int(f.readline().split()[1])
@@ -844,6 +938,54 @@ def markdown(results: dict[str, Any]) -> str:
                         f"{r['writer_ops_per_s']:,.0f}",
                     ]
                     for r in results["churn"]
+                ],
+            ),
+            "",
+        ]
+    if "fanout" in results:
+        rows = results["fanout"]
+        hot = [r for r in rows if r["kind"] == "hot lookup"]
+        exp = [r for r in rows if r["kind"] == "openamq"]
+        mhz = m.get("cpu_mhz")
+        paper = OPENAMQ_PAPER_MATCHES_PER_S
+        per_ghz = f"{paper / OPENAMQ_PAPER_GHZ / 1e6:.2f}M per GHz"
+        parts += [
+            "## Fan-out: what each delivered subscriber costs (OpenAMQ experiment)",
+            "",
+            f"`lookup` of a hot topic with {hot[0]['delivered'] if hot else '?'} subscribers, "
+            "per subscriber returned, beside `list(t)` of a tuple of the same objects (best "
+            "of interleaved rounds).",
+            "",
+            _table(
+                ["matcher", "ns per delivered", "list(t) ns per element", "ratio"],
+                [
+                    [
+                        r["impl"],
+                        f"{r['ns_per_delivered']:.2f}",
+                        f"{r['list_copy_ns']:.2f}",
+                        f"{r['vs_list_copy']:.1f}x",
+                    ]
+                    for r in hot
+                ],
+            ),
+            "",
+            f"The experiment: `lookup_many` in batches of {OPENAMQ_BATCH:,}, collector on. The "
+            f"paper: {paper / 1e6:.2f}M matches/s at {OPENAMQ_PAPER_GHZ:g} GHz ({per_ghz}); "
+            f"this machine: {f'{mhz / 1000:.2f} GHz' if mhz else '?'}.",
+            "",
+            _table(
+                ["matcher", "messages", "matches/s [min-max]", "msg/s", "x paper", "x paper/GHz"],
+                [
+                    [
+                        r["impl"],
+                        f"{r['messages']:,}",
+                        f"{r['matches_per_s'] / 1e6:.1f}M "
+                        f"[{r['matches_per_s_min'] / 1e6:.1f}-{r['matches_per_s_max'] / 1e6:.1f}]",
+                        f"{r['msg_per_s']:,.0f}",
+                        f"{r['vs_paper']:.1f}",
+                        f"{r['vs_paper'] * OPENAMQ_PAPER_GHZ / (mhz / 1000):.1f}" if mhz else "?",
+                    ]
+                    for r in exp
                 ],
             ),
             "",
@@ -1031,6 +1173,7 @@ SECTIONS: dict[str, Callable[[Profile, Callable[[str], None]], list[dict[str, An
     "threads": thread_scaling,
     "churn": churn,
     "gil": gil_convoy,
+    "fanout": fanout_cost,
 }
 
 

@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--section",
         action="append",
-        choices=("headline", "scaling", "workloads", "memory", "threads", "churn", "gil"),
+        choices=("headline", "scaling", "workloads", "memory", "threads", "churn", "gil", "fanout"),
         help="run only this section (repeatable)",
     )
     bench.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)

@@ -1,9 +1,9 @@
 """Seeded workloads: subscriptions and topics shaped like real traffic, in every dialect.
 
 Each generator is deterministic given its `seed` argument. `WORKLOADS` names the topic workloads
-(`seed`, `mixed`, `ids`, `fanout`); `mercure` returns selector subscriptions and updates for the
-SelectorIndex. `benches/workload.rs` mirrors the shapes in Rust (same shapes, its own random
-numbers: the two do not produce equal data)."""
+(`seed`, `mixed`, `ids`, `fanout`, `openamq`); `mercure` returns selector subscriptions and
+updates for the SelectorIndex. `benches/workload.rs` mirrors the shapes in Rust (same shapes,
+its own random numbers: the two do not produce equal data)."""
 
 from __future__ import annotations
 
@@ -184,6 +184,35 @@ def fanout(
     return Workload(dialect, subs, [hot] * n_topics)
 
 
+#: The word tables of the OpenAMQ matching experiment, one per topic level.
+OPENAMQ_LEVELS = (6, 7, 6, 5, 6)
+#: The chance that a level of a subscription is the one-word wildcard. With it, the expected
+#: matches per message, 2,000 x the product over levels of (p + (1 - p) / words), is 180:
+#: the experiment's own figure.
+OPENAMQ_WILDCARD = 0.54
+
+
+def openamq(
+    n_subscriptions: int = 2000, n_topics: int = 1_000_000, dialect: str = "amqp", seed: int = 0
+) -> Workload:
+    """The matching experiment of the OpenAMQ white paper ("High-speed message matching",
+    iMatix): five topic levels drawn from tables of 6, 7, 6, 5 and 6 words; each of the
+    `n_subscriptions` subscriptions (one distinct subscriber each) takes at each level the
+    one-word wildcard with chance `OPENAMQ_WILDCARD`, else a word of the table; each message a
+    word of every table. About 180 subscribers per message at 2,000 subscriptions, the
+    paper's fan-out."""
+    rng = random.Random(seed)
+    sep, one = SEPARATOR[dialect], ONE[dialect]
+    tables = [[f"l{level}w{i}" for i in range(n)] for level, n in enumerate(OPENAMQ_LEVELS)]
+
+    def pattern() -> str:
+        return sep.join(one if rng.random() < OPENAMQ_WILDCARD else rng.choice(t) for t in tables)
+
+    subs = [(pattern(), f"queue-{i}") for i in range(n_subscriptions)]
+    topics = [sep.join(rng.choice(t) for t in tables) for _ in range(n_topics)]
+    return Workload(dialect, subs, topics)
+
+
 @dataclass(frozen=True)
 class SelectorWorkload:
     """Mercure-style subscriptions: `(selector, subscriber)` pairs, where a selector is an
@@ -249,6 +278,7 @@ WORKLOADS = {
     "mixed": mixed,
     "ids": ids,
     "fanout": fanout,
+    "openamq": openamq,
 }
 
 #: The sizes each workload is benchmarked at (issue 7); the largest run only on request.
@@ -257,4 +287,5 @@ SIZES = {
     "mixed": (1000, 10_000, 100_000, 1_000_000),
     "ids": (1_000_000,),
     "fanout": (1_000_000,),
+    "openamq": (2000,),
 }

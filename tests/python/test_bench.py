@@ -18,9 +18,12 @@ def test_bench_runs_end_to_end_and_writes_its_table(tmp_path, capsys):
     table = (tmp_path / "BENCH.md").read_text()
     assert "| Trie.lookup | mqtt |" in table
     assert "GIL convoy" in table
+    assert "Fan-out: what each delivered subscriber costs" in table
     results = json.loads((tmp_path / "results.json").read_text())
     assert {r["impl"] for r in results["headline"]} >= {"Trie.lookup", "NaiveMatcher.lookup"}
     assert all(r.get("agrees", True) for r in results["headline"])
+    fan = {(r["kind"], r["impl"]) for r in results["fanout"]}
+    assert ("openamq", "CSTrie") in fan and ("hot lookup", "InvertedBitmap") in fan
     out = capsys.readouterr().out
     assert "subscriptions: µs per lookup" in out
     if importlib.util.find_spec("matplotlib"):
@@ -46,7 +49,7 @@ ALL_PEERS = [*peers.PEERS, peers.Re2SetAmqp]
 
 
 @pytest.mark.parametrize("peer_cls", ALL_PEERS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("name", ["mixed", "seed", "ids", "fanout"])
+@pytest.mark.parametrize("name", ["mixed", "seed", "ids", "fanout", "openamq"])
 def test_peer_agrees_with_our_matcher_on_a_sample(peer_cls, name):
     cls = _peer(peer_cls)
     w = workload.WORKLOADS[name](2000, 60, cls.dialect, seed=2)

@@ -16,7 +16,7 @@ def test_same_seed_gives_the_same_workload(name):
     assert make(200, 50, "mqtt", seed=3) == make(200, 50, "mqtt", seed=3)
 
 
-@pytest.mark.parametrize("name", ["seed", "mixed", "ids"])
+@pytest.mark.parametrize("name", ["seed", "mixed", "ids", "openamq"])
 def test_another_seed_gives_another_workload(name):
     make = workload.WORKLOADS[name]
     assert make(200, 50, "mqtt", seed=3) != make(200, 50, "mqtt", seed=4)
@@ -49,6 +49,21 @@ def test_mixed_has_the_stated_pattern_mix():
     assert share["many"] == pytest.approx(0.05, abs=0.01)
     assert all(len(t.split(".")) == 5 for t in w.topics)
     assert {x for t in w.topics for x in t.split(".")} <= {f"w{i}" for i in range(10)}
+
+
+def test_openamq_is_the_papers_experiment():
+    w = workload.openamq(2000, 2000, "amqp", seed=0)
+    assert len({s for _, s in w.subscriptions}) == 2000
+    levels = [p.split(".") for p, _ in w.subscriptions]
+    assert all(len(words) == 5 for words in levels)
+    share = sum(x == "*" for words in levels for x in words) / (5 * 2000)
+    assert share == pytest.approx(workload.OPENAMQ_WILDCARD, abs=0.02)
+    for level, n in enumerate(workload.OPENAMQ_LEVELS):
+        assert {t.split(".")[level] for t in w.topics} == {f"l{level}w{i}" for i in range(n)}
+    # About 180 subscribers per message, the experiment's fan-out.
+    m = tm.Trie("amqp", w.subscriptions)
+    mean = sum(map(len, m.lookup_many(w.topics))) / len(w.topics)
+    assert 165 < mean < 195
 
 
 def test_seed_is_random_five_word_topics_plus_the_benchmark_pattern():
