@@ -177,6 +177,16 @@ macro_rules! topic_matcher_class {
                 self.inner.lookup_many(topics)
             }
 
+            /// How many subscribers `topic` reaches, without making their list.
+            fn count(&self, topic: &Bound<'_, PyAny>) -> PyResult<usize> {
+                self.inner.count(topic)
+            }
+
+            /// How many subscribers each topic reaches, computed with the GIL released.
+            fn count_many<'py>(&self, topics: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+                self.inner.count_many(topics)
+            }
+
             /// Every (pattern, subscriber) pair.
             fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
                 self.inner.subscriptions(py)

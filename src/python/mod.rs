@@ -1,6 +1,7 @@
 //! PyO3 bindings: `topicmatch._core`. Methods extract arguments, run the core (with the GIL
 //! released where the work can be long) and convert the result; nothing else lives here.
 
+mod answers;
 mod errors;
 mod gil;
 mod headers;

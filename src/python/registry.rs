@@ -22,12 +22,15 @@
 //! `objects` is held only for reads and writes of the table, never across Python code.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
+use super::answers::{Answers, MIN_IDS};
 use crate::matcher::SubscriberId;
 
 #[derive(Default)]
@@ -52,6 +55,9 @@ pub(crate) struct Registry {
     ids: Py<PyDict>,
     slots: Mutex<Slots>,
     objects: RwLock<Vec<Option<Py<PyAny>>>>,
+    /// How many ids have been released: an id's object changes only through a release, so
+    /// while this stands still every live id keeps its object (what [`Answers`] relies on).
+    releases: AtomicU64,
     /// Ids whose epoch has passed: safe to hand out again.
     free: Arc<Mutex<Vec<SubscriberId>>>,
 }
@@ -66,6 +72,7 @@ impl Registry {
             ids: PyDict::new(py).unbind(),
             slots: Mutex::default(),
             objects: RwLock::default(),
+            releases: AtomicU64::new(0),
             free: Arc::default(),
         }
     }
@@ -180,6 +187,9 @@ impl Registry {
             // Already released: the id must reach the free list once only.
             return;
         };
+        // After the object is gone from the table: a reader that saw the old count and then
+        // reads the table either finds the object gone or stamps a tuple with a stale count.
+        self.releases.fetch_add(1, Release);
         // The object hashed when it was added; if its hash now fails, it stays in the dict
         // (unreachable) rather than leaving the registry half-updated.
         let _ = self.ids.bind(py).del_item(obj.bind(py));
@@ -228,8 +238,41 @@ impl Registry {
         }
     }
 
-    /// The list of the objects of `ids`. Caller holds an epoch guard taken before the ids were
-    /// read from the core; an id released since then is skipped (its removal came first).
+    /// The list of the objects of `ids`, the answer for `topic`: a copy of the tuple `answers`
+    /// keeps for it when it holds these ids (see `answers.rs`), else converted. Caller holds an
+    /// epoch guard taken before the ids were read from the core; an id released since then is
+    /// skipped (its removal came first).
+    pub(crate) fn answer<'py>(
+        &self,
+        py: Python<'py>,
+        answers: &Answers,
+        topic: &str,
+        ids: &[SubscriberId],
+    ) -> PyResult<Bound<'py, PyList>> {
+        let releases = self.releases.load(Acquire);
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        answer(py, &objects, answers, releases, topic, ids)
+    }
+
+    /// One list per answer, `results[i]` for `topics[i]`, under one read of the table: a
+    /// batch's conversion. Same guard rule as [`Registry::answer`].
+    pub(crate) fn answers<'py>(
+        &self,
+        py: Python<'py>,
+        answers: &Answers,
+        topics: &[&str],
+        results: &[Vec<SubscriberId>],
+    ) -> PyResult<Vec<Bound<'py, PyList>>> {
+        let releases = self.releases.load(Acquire);
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        topics
+            .iter()
+            .zip(results)
+            .map(|(topic, ids)| answer(py, &objects, answers, releases, topic, ids))
+            .collect()
+    }
+
+    /// The list of the objects of `ids`, converted. Same guard rule as [`Registry::answer`].
     pub(crate) fn list<'py>(
         &self,
         py: Python<'py>,
@@ -237,20 +280,6 @@ impl Registry {
     ) -> PyResult<Bound<'py, PyList>> {
         let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
         list_of(py, &objects, ids)
-    }
-
-    /// One list per id list, under one read of the table: a batch's conversion. Same guard
-    /// rule as [`Registry::list`].
-    pub(crate) fn lists<'py>(
-        &self,
-        py: Python<'py>,
-        results: &[Vec<SubscriberId>],
-    ) -> PyResult<Vec<Bound<'py, PyList>>> {
-        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
-        results
-            .iter()
-            .map(|ids| list_of(py, &objects, ids))
-            .collect()
     }
 
     /// The object of one id, or `None` if it was released. Same guard rule as `objects`.
@@ -265,6 +294,38 @@ impl Registry {
             .as_ref()
             .map(|o| o.bind(py).clone())
     }
+}
+
+/// The list for `topic`'s answer `ids`: a copy of its kept tuple, or converted, and kept when
+/// large, repeated and all live. `releases` was read before `objects`.
+fn answer<'py>(
+    py: Python<'py>,
+    objects: &[Option<Py<PyAny>>],
+    answers: &Answers,
+    releases: u64,
+    topic: &str,
+    ids: &[SubscriberId],
+) -> PyResult<Bound<'py, PyList>> {
+    if ids.len() < MIN_IDS {
+        return list_of(py, objects, ids);
+    }
+    if let Some(list) = answers.copy(py, topic, ids, releases) {
+        return list;
+    }
+    let live: Option<Vec<&Py<PyAny>>> = if answers.wants(topic, ids) {
+        ids.iter()
+            .map(|&id| objects.get(id as usize).and_then(Option::as_ref))
+            .collect()
+    } else {
+        None
+    };
+    let Some(live) = live else {
+        return list_of(py, objects, ids);
+    };
+    let tuple = PyTuple::new(py, live.iter().map(|o| o.bind(py)))?;
+    let list = tuple.as_sequence().to_list()?;
+    answers.keep(topic, ids, releases, tuple.unbind());
+    Ok(list)
 }
 
 /// The list of the objects of `ids` in `objects`, skipping released ids.

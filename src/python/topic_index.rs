@@ -14,6 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use super::answers::{Answers, CollectorPaused};
 use super::errors::{read_only, to_py, InvalidTopic};
 use super::gil;
 use super::registry::Registry;
@@ -63,6 +64,8 @@ pub(crate) struct TopicIndex<M> {
     snapshot_seq: u64,
     /// Whether a lookup's cost grows with the number of patterns (the naive scan).
     pub(crate) scan_lookup: bool,
+    /// Tuples of the objects of large answers that repeat, copied instead of converted.
+    answers: Answers,
 }
 
 pub(crate) fn parse_dialect(name: &str) -> PyResult<Dialect> {
@@ -77,6 +80,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             read_only: false,
             snapshot_seq: 0,
             scan_lookup,
+            answers: Answers::default(),
         }
     }
 
@@ -90,6 +94,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             read_only: true,
             snapshot_seq,
             scan_lookup: self.scan_lookup,
+            answers: Answers::default(),
         }
     }
 
@@ -256,7 +261,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             core.lookup_str_into(text, &mut ids)
         })
         .map_err(to_py)?;
-        let list = self.registry.list(py, &ids);
+        let list = self.registry.answer(py, &self.answers, text, &ids);
         drop(guard);
         list
     }
@@ -280,10 +285,51 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             Ok(ids)
         };
         gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |results| {
-            lists.extend(self.registry.lists(py, &results)?);
+            let _paused = CollectorPaused::new(py);
+            let topics = &texts[lists.len()..lists.len() + results.len()];
+            lists.extend(self.registry.answers(py, &self.answers, topics, &results)?);
             Ok(())
         })?;
+        let _paused = CollectorPaused::new(py);
         PyList::new(py, lists)
+    }
+
+    /// How many subscribers `topic` reaches: a lookup that makes no Python object.
+    pub(crate) fn count(&self, topic: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let text = utf8(topic, Kind::Topic)?;
+        let core = &self.core;
+        let mut ids = Vec::new();
+        gil::run_estimated(topic.py(), self.lookup_estimate(), || {
+            core.lookup_str_into(text, &mut ids)
+        })
+        .map_err(to_py)?;
+        Ok(ids.len())
+    }
+
+    /// How many subscribers each topic reaches, computed as `lookup_many` computes its lists.
+    pub(crate) fn count_many<'py>(
+        &self,
+        topics: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = topics.py();
+        let items: Vec<Bound<'py, PyAny>> = topics.try_iter()?.collect::<PyResult<_>>()?;
+        let mut texts = Vec::with_capacity(items.len());
+        for item in &items {
+            texts.push(utf8(item, Kind::Topic)?);
+        }
+        let core = &self.core;
+        let mut counts = Vec::with_capacity(texts.len());
+        let step = |i: usize| -> PyResult<usize> {
+            let mut ids = Vec::new();
+            core.lookup_str_into(texts[i], &mut ids)
+                .map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
+            Ok(ids.len())
+        };
+        gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |n| {
+            counts.extend(n);
+            Ok(())
+        })?;
+        PyList::new(py, counts)
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -1,0 +1,164 @@
+"""Large answers: a repeated answer of many subscribers is copied from a tuple the matcher
+keeps, never a stale one (subscribers come and go, their ids are reused); lookup_many leaves
+the garbage collector as it found it; count and count_many agree with lookup."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import topicmatch as tm
+
+import reference
+from conftest import TOPIC_MATCHERS
+
+#: Past the length from which an answer is kept (32), with room.
+CROWD = 48
+
+PATTERNS = ["a.b", "a.*", "#", "*.b", "a.#", "c.*"]
+TOPICS = ["a.b", "a.c", "c.b", "c.d"]
+
+
+class Sub:
+    """A subscriber equal only to itself, so a wrong object cannot pass for the right one."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"Sub({self.n})"
+
+
+def _matchers() -> list[tm.Trie]:
+    ms = [cls("amqp") for cls in TOPIC_MATCHERS]
+    ms += [tm.Trie("amqp", cache_size=64), tm.CSTrie("amqp", cache_size=64)]
+    return ms
+
+
+def _ids(objs) -> list[int]:
+    return sorted(map(id, objs))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("crowd"), st.sampled_from(PATTERNS), st.integers(1, CROWD + 20)),
+            st.tuples(st.just("leave"), st.integers(0, 200)),
+            st.tuples(st.just("unsub"), st.sampled_from(PATTERNS), st.integers(0, 200)),
+            st.tuples(st.just("lookup"), st.sampled_from(TOPICS)),
+            st.tuples(st.just("many"), st.lists(st.sampled_from(TOPICS), max_size=6)),
+        ),
+        max_size=40,
+    )
+)
+def test_large_answers_are_the_subscribers_of_now(ops):
+    """Crowds of fresh subscriber objects join patterns, members leave (their ids are freed
+    and handed to later crowds), and every lookup, repeated so that answers are kept, returns
+    exactly the objects subscribed now, by identity."""
+    ms = _matchers()
+    pairs: list[tuple[str, Sub]] = []
+    made = 0
+    for op in ops:
+        if op[0] == "crowd":
+            _, p, n = op
+            crowd = [Sub(made + i) for i in range(n)]
+            made += n
+            pairs += [(p, s) for s in crowd]
+            for m in ms:
+                m.subscribe_many([(p, s) for s in crowd])
+        elif op[0] in ("leave", "unsub") and not pairs:
+            continue
+        elif op[0] == "leave":
+            s = pairs[op[1] % len(pairs)][1]
+            gone = [x for x in pairs if x[1] is s]
+            pairs = [x for x in pairs if x[1] is not s]
+            assert all(m.remove_subscriber(s) == len(gone) for m in ms)
+        elif op[0] == "unsub":
+            s = pairs[op[2] % len(pairs)][1]
+            there = any(x[0] == op[1] and x[1] is s for x in pairs)
+            pairs = [x for x in pairs if not (x[0] == op[1] and x[1] is s)]
+            assert all(m.unsubscribe(op[1], s) is there for m in ms)
+        else:
+            ts = [op[1]] if op[0] == "lookup" else op[1]
+            want = [_ids({s for p, s in pairs if reference.matches("amqp", p, t)}) for t in ts]
+            for m in ms:
+                for _ in range(3):  # the second conversion keeps the answer, the third copies
+                    if op[0] == "lookup":
+                        got = [_ids(m.lookup(ts[0]))]
+                    else:
+                        got = [_ids(r) for r in m.lookup_many(ts)]
+                    assert got == want, (type(m).__name__, ts)
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+def test_a_kept_answer_never_outlives_its_subscribers(cls):
+    """The same pattern, crowd after crowd of new objects: each crowd's ids are those the last
+    one freed, so the ids of the answer repeat while its objects change."""
+    m = cls("amqp")
+    for round_ in range(30):
+        crowd = [Sub(round_ * 100 + i) for i in range(CROWD)]
+        m.subscribe_many([("a.*", s) for s in crowd])
+        for _ in range(3):
+            assert _ids(m.lookup("a.b")) == _ids(crowd)
+            assert [_ids(r) for r in m.lookup_many(["a.b", "a.c"])] == [_ids(crowd)] * 2
+        for s in crowd:
+            m.remove_subscriber(s)
+        assert m.lookup("a.b") == []
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+def test_a_copied_answer_is_a_list_of_its_own(cls):
+    m = cls("amqp", [("a.*", f"s{i}") for i in range(CROWD)])
+    first = [m.lookup("a.b") for _ in range(3)]
+    first[2].clear()
+    first[1].append("not a subscriber")
+    again = m.lookup("a.b")
+    assert sorted(again) == sorted(f"s{i}" for i in range(CROWD))
+    assert gc.is_tracked(again)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_lookup_many_leaves_the_collector_as_it_was(enabled):
+    m = tm.Trie("mqtt", [("a/+", f"s{i}") for i in range(CROWD)])
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        for _ in range(3):
+            lists = m.lookup_many(["a/b"] * 1000)
+            assert gc.isenabled() is enabled
+        assert all(gc.is_tracked(x) for x in lists)
+        with pytest.raises(tm.InvalidTopic):
+            m.lookup_many(["a/b"] * 5000 + ["a/#"])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("dialect", tm.DIALECTS)
+def test_count_is_the_length_of_the_lookup(cls, dialect):
+    sep, one = reference.SEP[dialect], reference.ONE[dialect]
+    m = cls(dialect)
+    for i in range(60):
+        m.subscribe(sep.join(["a", one]) if i % 2 else sep.join(["a", "b"]), i % 40)
+    topics = [sep.join(["a", "b"]), sep.join(["a", "c"]), sep.join(["x", "y"])]
+    assert [m.count(t) for t in topics] == [len(m.lookup(t)) for t in topics] == [40, 20, 0]
+    assert m.count_many(topics) == [40, 20, 0]
+    assert m.count_many([]) == []
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+def test_count_rejects_what_lookup_rejects(cls):
+    m = cls("mqtt", [("a/+", "s")])
+    with pytest.raises(tm.InvalidTopic):
+        m.count("a/+")
+    with pytest.raises(tm.InvalidTopic, match=r"topics\[1\]"):
+        m.count_many(["a/b", "a/#"])
+    with pytest.raises(TypeError):
+        m.count(5)
+    with pytest.raises(TypeError):
+        m.count_many(["a/b", None])
