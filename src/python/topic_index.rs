@@ -51,6 +51,10 @@ pub(crate) fn check_pickle_format(state: &Bound<'_, PyAny>) -> PyResult<()> {
 /// Bulk writes run in chunks of this many items, answering signals (Ctrl-C) between them.
 pub(crate) const CHUNK: usize = gil::HELD_ITEMS;
 
+/// A batch pauses the collector while it makes its lists once they hold this many subscribers
+/// (see `CollectorPaused`): below it, a collection walks little.
+pub(crate) const PAUSE_FROM: usize = 4096;
+
 /// What a scan matcher's lookup costs per pattern, for its estimate (20 tests per µs here).
 pub(crate) const SCAN_PATTERN: Duration = Duration::from_nanos(50);
 
@@ -284,13 +288,15 @@ impl<M: Matcher + 'static> TopicIndex<M> {
                 .map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
             Ok(ids)
         };
+        let mut large = false;
         gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |results| {
-            let _paused = CollectorPaused::new(py);
+            large |= results.iter().map(Vec::len).sum::<usize>() >= PAUSE_FROM;
+            let _paused = large.then(|| CollectorPaused::new(py));
             let topics = &texts[lists.len()..lists.len() + results.len()];
             lists.extend(self.registry.answers(py, &self.answers, topics, &results)?);
             Ok(())
         })?;
-        let _paused = CollectorPaused::new(py);
+        let _paused = large.then(|| CollectorPaused::new(py));
         PyList::new(py, lists)
     }
 
