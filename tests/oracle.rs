@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{agree_with_oracle, ops, Factory};
+use common::{agree_with_oracle, crowd_ops, ops, Factory};
 use proptest::test_runner::{Config, TestRunner};
 use topicmatch::{CSTrie, Cached, Dialect, InvertedBitmap, LevelBitmap, Matcher, Trie};
 
@@ -59,6 +59,45 @@ fn every_matcher_equals_the_oracle_in_every_dialect() {
             assert!(
                 total > 100_000,
                 "{name} ({d}): only {total} lookups compared"
+            );
+        }
+    }
+}
+
+/// Long answers (crowds of subscribers on one pattern, lookups repeated), which the bitmap
+/// matcher keeps in its entries and the result caches copy, equal the oracle's.
+#[test]
+fn large_answers_equal_the_oracle_in_every_dialect() {
+    for (name, make) in matchers() {
+        for d in Dialect::ALL {
+            let mut runner = TestRunner::new(Config {
+                cases: 150,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let long = std::cell::Cell::new(0usize);
+            let result = runner.run(&crowd_ops(d, 40), |ops| {
+                let m = make(d);
+                agree_with_oracle(m.as_ref(), &ops)?;
+                let topics = ops.iter().filter_map(|op| match op {
+                    common::Op::Lookup(t) => Some(t),
+                    _ => None,
+                });
+                long.set(
+                    long.get()
+                        + topics
+                            .filter(|t| m.lookup_str(t).is_ok_and(|r| r.len() >= 32))
+                            .count(),
+                );
+                Ok(())
+            });
+            if let Err(e) = result {
+                panic!("{name} ({d}) differs from the oracle on long answers: {e}");
+            }
+            assert!(
+                long.get() > 500,
+                "{name} ({d}): only {} long answers",
+                long.get()
             );
         }
     }

@@ -44,6 +44,15 @@
 //! shard locks are `RwLock`s, so lookups of cached topics share them; recency is an atomic tick
 //! per entry, written under the read lock only when it changes.
 //!
+//! # Kept answers
+//!
+//! A topic with many subscribers (a broker's fan-out: hundreds from as many patterns) costs,
+//! on each lookup, a walk of its bitmap, a copy of each pattern's subscribers and their
+//! deduplication. So an entry also keeps its answer, the subscribers each once, once it has
+//! [`KEPT_FROM`] or more, stamped with the pattern table's version (moved on by every pair
+//! added or removed); a lookup that reads the table at that version copies it out. Kept
+//! answers hold at most [`KEPT_IDS`] ids in all; one that would pass it is not kept.
+//!
 //! # Cache
 //!
 //! A bounded LRU by shard: a shard that is full evicts its least recently used eighth (at
@@ -56,7 +65,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use roaring::RoaringBitmap;
@@ -74,6 +83,10 @@ const MIN_SHARD: usize = 1024;
 const MAX_SHARDS: usize = 64;
 /// Entries a writer updates per write-lock acquisition.
 const BATCH: usize = 64;
+/// Answers this long or longer are kept in their entries.
+pub const KEPT_FROM: usize = 32;
+/// Ids held in all kept answers of one matcher (8 MiB).
+pub const KEPT_IDS: usize = 1 << 21;
 
 /// One roaring bitmap of matching patterns per topic seen, in a bounded LRU cache.
 #[derive(Debug)]
@@ -101,6 +114,8 @@ struct Cache {
     /// The size asked for; the shards hold it rounded down to a multiple of their number.
     size: usize,
     hasher: std::collections::hash_map::RandomState,
+    /// Ids held by kept answers.
+    kept_ids: Arc<AtomicUsize>,
 }
 
 #[derive(Debug, Default)]
@@ -118,6 +133,24 @@ struct Entry {
     bits: RoaringBitmap,
     generation: u64,
     last_used: AtomicU64,
+    /// The topic's answer, once it is [`KEPT_FROM`] long.
+    kept: RwLock<Option<Kept>>,
+}
+
+/// An answer kept in its entry: the subscribers of its bits, each once, for the pattern
+/// table at `version`.
+#[derive(Debug)]
+struct Kept {
+    version: u64,
+    ids: Box<[SubscriberId]>,
+    /// The cache's count of kept ids, given back on drop.
+    held: Arc<AtomicUsize>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.ids.len(), Ordering::Relaxed);
+    }
 }
 
 impl InvertedBitmap {
@@ -279,6 +312,41 @@ impl Table {
 }
 
 impl Entry {
+    /// Copies the kept answer into `out` if it is the answer at table `version`.
+    fn copy_kept(&self, version: u64, out: &mut Vec<SubscriberId>) -> bool {
+        let kept = self.kept.read().unwrap_or_else(|e| e.into_inner());
+        match &*kept {
+            Some(k) if k.version == version => {
+                out.extend_from_slice(&k.ids);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keeps `ids`, the answer at table `version`, if it is long enough and the budget
+    /// allows.
+    fn keep(&self, version: u64, ids: &[SubscriberId], held: &Arc<AtomicUsize>) {
+        if ids.len() < KEPT_FROM {
+            return;
+        }
+        if held.fetch_add(ids.len(), Ordering::Relaxed) + ids.len() > KEPT_IDS {
+            held.fetch_sub(ids.len(), Ordering::Relaxed);
+            return;
+        }
+        let new = Kept {
+            version,
+            ids: ids.into(),
+            held: Arc::clone(held),
+        };
+        let old = self
+            .kept
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(new);
+        drop(old);
+    }
+
     /// Stamps the entry with `tick`, writing only if it changes (no shared write per lookup).
     fn touch(&self, tick: u64) {
         if self.last_used.load(Ordering::Relaxed) != tick {
@@ -311,6 +379,7 @@ impl Cache {
             capacity,
             size: topics,
             hasher: Default::default(),
+            kept_ids: Arc::default(),
         }
     }
 
@@ -340,6 +409,7 @@ impl Cache {
                 bits,
                 generation,
                 last_used: AtomicU64::new(tick),
+                kept: RwLock::default(),
             },
         );
     }
@@ -401,10 +471,11 @@ impl Matcher for InvertedBitmap {
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
         let start = out.len();
-        self.table.read(|t| {
+        // Whether `out[start..]` is the answer already, each subscriber once.
+        let done = self.table.read(|t| {
             if self.cache.capacity == 0 {
                 t.emit(&t.compute(topic), out);
-                return;
+                return false;
             }
             let text = topic.text();
             {
@@ -412,20 +483,29 @@ impl Matcher for InvertedBitmap {
                 if let Some(entry) = shard.map.get(text) {
                     entry.touch(shard.clock.load(Ordering::Relaxed));
                     if entry.generation == t.generation {
+                        let version = t.patterns.version();
+                        if entry.copy_kept(version, out) {
+                            return true;
+                        }
                         t.emit(&entry.bits, out);
-                        return;
+                        dedup_from(out, start);
+                        entry.keep(version, &out[start..], &self.cache.kept_ids);
+                        return true;
                     }
                     if entry.generation + 1 == t.generation {
                         t.emit_previous(&entry.bits, topic, out);
-                        return;
+                        return false;
                     }
                 }
             }
             let bits = t.compute(topic);
             t.emit(&bits, out);
             self.cache.insert(text, bits, t.generation);
+            false
         });
-        dedup_from(out, start);
+        if !done {
+            dedup_from(out, start);
+        }
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
@@ -474,6 +554,44 @@ mod tests {
         assert_eq!(m.remove_subscriber(2), 1);
         assert!(m.lookup_str("a.b").unwrap().is_empty());
         assert_eq!(m.cached_topics(), 1);
+    }
+
+    #[test]
+    fn long_answers_are_kept_until_a_pair_changes_and_counted_while_kept() {
+        let m = InvertedBitmap::with_cache_size(Dialect::Amqp, 2);
+        let kept = || m.cache.kept_ids.load(Ordering::Relaxed);
+        for id in 0..40 {
+            m.subscribe_str("a.*", id).unwrap();
+            m.subscribe_str("#", id).unwrap(); // every subscriber reached twice
+        }
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), (0..40).collect::<Vec<_>>());
+        assert_eq!(kept(), 0, "stored on the first lookup, kept on the second");
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), (0..40).collect::<Vec<_>>());
+        assert_eq!(kept(), 40);
+        assert_eq!(m.lookup_str("a.b").unwrap().len(), 40);
+        // A pair of a pattern already there: no new generation, a new version.
+        m.unsubscribe_str("a.*", 7).unwrap();
+        m.unsubscribe_str("#", 7).unwrap();
+        m.subscribe_str("a.*", 99).unwrap();
+        let want: Vec<SubscriberId> = (0..40).filter(|&i| i != 7).chain([99]).collect();
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), want);
+        assert_eq!(kept(), 40, "the new answer replaced the old one");
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), want);
+        // Other topics' long answers are kept too, within the two entries cached.
+        for t in ["x", "y", "z", "w"] {
+            m.lookup_str(t).unwrap();
+            m.lookup_str(t).unwrap();
+        }
+        assert_eq!(kept(), 2 * 39, "`#` has 39 subscribers now");
+        // With no subscribers, answers are empty and not kept; evicting the entries that
+        // kept long ones gives their ids back.
+        for id in (0..40).chain([99]) {
+            m.remove_subscriber(id);
+        }
+        for t in ["p", "q", "r", "s"] {
+            assert!(m.lookup_str(t).unwrap().is_empty());
+        }
+        assert_eq!(kept(), 0);
     }
 
     #[test]

@@ -146,6 +146,9 @@ pub(crate) struct PatternTable {
     free: BTreeSet<u32>,
     by_subscriber: HashMap<SubscriberId, BTreeSet<u32>>,
     len: usize,
+    /// Moved on by every pair added or removed: while it stands still, every topic's answer
+    /// does (what `InvertedBitmap` keeps answers by).
+    version: u64,
 }
 
 /// What a write did to the set of distinct patterns.
@@ -181,6 +184,11 @@ impl PatternTable {
     /// The number of `(pattern, subscriber)` pairs.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The count of pairs added and removed so far.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
     }
 
     /// Adds the pair. `None` if it was there; else the pattern's number and whether the
@@ -219,6 +227,7 @@ impl PatternTable {
                 subs.insert(at, id);
                 self.by_subscriber.entry(id).or_default().insert(n);
                 self.len += 1;
+                self.version += 1;
                 Some((n, new))
             }
         }
@@ -253,6 +262,7 @@ impl PatternTable {
         let at = slot.subscribers.binary_search(&id).ok()?;
         slot.subscribers.remove(at);
         self.len -= 1;
+        self.version += 1;
         if !slot.subscribers.is_empty() {
             return Some(None);
         }

@@ -67,6 +67,27 @@ pub fn ops(d: Dialect, len: usize) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op, 1..len)
 }
 
+/// Workloads of crowds: up to 60 subscribers joining one pattern at once (half the time one
+/// that matches most topics), single unsubscribes and removals, and each lookup made twice,
+/// so that answers are long and repeat (matchers keep long answers: this checks them).
+pub fn crowd_ops(d: Dialect, len: usize) -> impl Strategy<Value = Vec<Op>> {
+    let many = d.many_words();
+    let broad = prop::sample::select(vec![
+        many.to_string(),
+        join(d, vec![d.one_word().to_string(), many.to_string()]),
+    ]);
+    let crowd_pattern = prop_oneof![pattern(d), broad];
+    let step = prop_oneof![
+        2 => (crowd_pattern, 0..100u32, 1..60u32).prop_map(|(p, s, n)| {
+            (s..s + n).map(|i| Op::Subscribe(p.clone(), i)).collect::<Vec<_>>()
+        }),
+        3 => (pattern(d), 0..160u32).prop_map(|(p, s)| vec![Op::Unsubscribe(p, s)]),
+        1 => (0..160u32).prop_map(|s| vec![Op::RemoveSubscriber(s)]),
+        6 => topic(d).prop_map(|t| vec![Op::Lookup(t.clone()), Op::Lookup(t)]),
+    ];
+    prop::collection::vec(step, 1..len).prop_map(|v| v.into_iter().flatten().collect())
+}
+
 fn sorted(mut v: Vec<SubscriberId>) -> Vec<SubscriberId> {
     v.sort_unstable();
     v
