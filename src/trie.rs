@@ -45,6 +45,9 @@ struct Inner {
     /// cannot be freed while it holds the subscriber, so its id stays good.
     by_subscriber: Map<SubscriberId, Ends>,
     len: usize,
+    /// Subscribers with two patterns or more: while there are none, no lookup can reach a
+    /// subscriber twice (it reaches each node once), so none is deduplicated.
+    shared: usize,
 }
 
 #[derive(Debug, Default)]
@@ -107,9 +110,13 @@ impl Ends {
     }
 
     fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn len(&self) -> usize {
         match self {
-            Ends::Few(few) => few.is_empty(),
-            Ends::Many(set) => set.is_empty(),
+            Ends::Few(few) => few.len(),
+            Ends::Many(set) => set.len(),
         }
     }
 
@@ -152,6 +159,7 @@ impl Trie {
                 free: Vec::new(),
                 by_subscriber: Map::default(),
                 len: 0,
+                shared: 0,
             }),
         }
     }
@@ -202,10 +210,11 @@ impl Inner {
             return false;
         }
         self.len += 1;
-        self.by_subscriber
-            .entry(id)
-            .or_insert_with(Ends::new)
-            .insert(node);
+        let ends = self.by_subscriber.entry(id).or_insert_with(Ends::new);
+        ends.insert(node);
+        if ends.len() == 2 {
+            self.shared += 1;
+        }
         true
     }
 
@@ -219,6 +228,9 @@ impl Inner {
         }
         if let Some(ends) = self.by_subscriber.get_mut(&id) {
             ends.remove(node);
+            if ends.len() == 1 {
+                self.shared -= 1;
+            }
             if ends.is_empty() {
                 self.by_subscriber.remove(&id);
             }
@@ -418,8 +430,13 @@ impl Matcher for Trie {
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
         let start = out.len();
-        self.read().collect(self.dialect, topic, out);
-        dedup_from(out, start);
+        let inner = self.read();
+        inner.collect(self.dialect, topic, out);
+        let shared = inner.shared > 0;
+        drop(inner);
+        if shared {
+            dedup_from(out, start);
+        }
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
@@ -427,6 +444,9 @@ impl Matcher for Trie {
         let Some(ends) = inner.by_subscriber.remove(&id) else {
             return 0;
         };
+        if ends.len() >= 2 {
+            inner.shared -= 1;
+        }
         // Each node still holds `id` until its turn, so pruning one never frees another.
         ends.into_vec()
             .into_iter()
@@ -460,6 +480,33 @@ mod tests {
     fn live_nodes(t: &Trie) -> usize {
         let inner = t.read();
         inner.nodes.len() - inner.free.len()
+    }
+
+    #[test]
+    fn shared_counts_the_subscribers_with_two_patterns_or_more() {
+        let t = Trie::new(Dialect::Amqp);
+        let shared = || t.read().shared;
+        t.subscribe_str("a.*", 1).unwrap();
+        t.subscribe_str("a.b", 2).unwrap();
+        assert_eq!(shared(), 0);
+        assert_eq!(t.lookup_str("a.b").unwrap().len(), 2);
+        t.subscribe_str("#", 1).unwrap();
+        t.subscribe_str("a.#", 1).unwrap();
+        assert_eq!(shared(), 1);
+        assert_eq!(
+            t.lookup_str("a.b").unwrap().len(),
+            2,
+            "1 reached thrice, once in the answer"
+        );
+        t.unsubscribe_str("#", 1).unwrap();
+        assert_eq!(shared(), 1);
+        t.unsubscribe_str("a.#", 1).unwrap();
+        assert_eq!(shared(), 0);
+        t.subscribe_str("*.b", 2).unwrap();
+        assert_eq!(shared(), 1);
+        assert_eq!(t.remove_subscriber(2), 2);
+        assert_eq!(shared(), 0);
+        assert_eq!(t.lookup_str("a.b").unwrap(), vec![1]);
     }
 
     #[test]

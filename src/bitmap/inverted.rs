@@ -564,9 +564,15 @@ mod tests {
             m.subscribe_str("a.*", id).unwrap();
             m.subscribe_str("#", id).unwrap(); // every subscriber reached twice
         }
-        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), (0..40).collect::<Vec<_>>());
+        assert_eq!(
+            sorted(m.lookup_str("a.b").unwrap()),
+            (0..40).collect::<Vec<_>>()
+        );
         assert_eq!(kept(), 0, "stored on the first lookup, kept on the second");
-        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), (0..40).collect::<Vec<_>>());
+        assert_eq!(
+            sorted(m.lookup_str("a.b").unwrap()),
+            (0..40).collect::<Vec<_>>()
+        );
         assert_eq!(kept(), 40);
         assert_eq!(m.lookup_str("a.b").unwrap().len(), 40);
         // A pair of a pattern already there: no new generation, a new version.

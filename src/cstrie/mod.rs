@@ -559,8 +559,9 @@ type Reads<'g> = SmallVec<[(&'g INode, Shared<'g, MainNode>); 16]>;
 /// A set of live prefixes, in the walk's order.
 type Lives<'g> = SmallVec<[Live<'g>; 8]>;
 
-/// Up to this many entries, `dedup_live` searches linearly.
-const SCAN_MAX: usize = 16;
+/// Up to this many entries, `dedup_live` searches linearly (at 32, a few hundred compares of
+/// words cost less than hashing them into a set that grows from empty).
+const SCAN_MAX: usize = 32;
 
 /// Addresses already in the next set of live prefixes, for an order-keeping deduplication.
 type Seen = HashSet<usize, BuildHasherDefault<PtrHasher>>;
@@ -580,6 +581,7 @@ fn dedup_live(live: &mut Lives<'_>, seen: &mut Seen) {
         live.truncate(kept);
     } else {
         seen.clear();
+        seen.reserve(live.len());
         live.retain(|p| seen.insert(p.id));
     }
 }
