@@ -134,7 +134,10 @@ struct Entry {
     generation: u64,
     last_used: AtomicU64,
     /// The topic's answer, once it is [`KEPT_FROM`] long.
-    kept: RwLock<Option<Kept>>,
+    kept: RwLock<Option<Box<Kept>>>,
+    /// The version of the kept answer (`u64::MAX` for none), read before `kept` so that a
+    /// lookup whose answer is not kept takes no lock for it.
+    kept_version: AtomicU64,
 }
 
 /// An answer kept in its entry: the subscribers of its bits, each once, for the pattern
@@ -314,6 +317,9 @@ impl Table {
 impl Entry {
     /// Copies the kept answer into `out` if it is the answer at table `version`.
     fn copy_kept(&self, version: u64, out: &mut Vec<SubscriberId>) -> bool {
+        if self.kept_version.load(Ordering::Relaxed) != version {
+            return false;
+        }
         let kept = self.kept.read().unwrap_or_else(|e| e.into_inner());
         match &*kept {
             Some(k) if k.version == version => {
@@ -334,16 +340,16 @@ impl Entry {
             held.fetch_sub(ids.len(), Ordering::Relaxed);
             return;
         }
-        let new = Kept {
+        let new = Box::new(Kept {
             version,
             ids: ids.into(),
             held: Arc::clone(held),
-        };
-        let old = self
-            .kept
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(new);
+        });
+        let mut kept = self.kept.write().unwrap_or_else(|e| e.into_inner());
+        let old = kept.replace(new);
+        // A hint only: `copy_kept` checks the version again under the lock.
+        self.kept_version.store(version, Ordering::Relaxed);
+        drop(kept);
         drop(old);
     }
 
@@ -410,6 +416,7 @@ impl Cache {
                 generation,
                 last_used: AtomicU64::new(tick),
                 kept: RwLock::default(),
+                kept_version: AtomicU64::new(u64::MAX),
             },
         );
     }
