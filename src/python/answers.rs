@@ -62,8 +62,16 @@ struct Answer {
     tuple: Py<PyTuple>,
 }
 
+/// A slot: the hash of the topic it holds, read before its lock so that a probe locks only
+/// the slot that may hold its topic (0: empty, or a hash that happened to be 0).
+#[derive(Default)]
+struct Slot {
+    hash: AtomicU64,
+    answer: Mutex<Option<Arc<Answer>>>,
+}
+
 struct Tables {
-    slots: Box<[Mutex<Option<Arc<Answer>>>]>,
+    slots: Box<[Slot]>,
     door: Box<[AtomicU64]>,
     /// Bits set in `door`.
     door_set: AtomicUsize,
@@ -90,7 +98,10 @@ impl Answers {
         let tables = self.tables.get()?;
         let h = hash(topic);
         let answer = set(tables, h).iter().find_map(|slot| {
-            let answer = lock(slot);
+            if slot.hash.load(Relaxed) != h {
+                return None;
+            }
+            let answer = lock(&slot.answer);
             match &*answer {
                 Some(a) if a.hash == h && *a.topic == *topic => Some(Arc::clone(a)),
                 _ => None,
@@ -109,7 +120,7 @@ impl Answers {
             return false;
         }
         let tables = self.tables.get_or_init(|| Tables {
-            slots: (0..SETS * WAYS).map(|_| Mutex::default()).collect(),
+            slots: (0..SETS * WAYS).map(|_| Slot::default()).collect(),
             door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             door_set: AtomicUsize::new(0),
         });
@@ -149,8 +160,8 @@ impl Answers {
         let slots = set(tables, h);
         let way = slots
             .iter()
-            .position(|s| matches!(&*lock(s), Some(a) if a.hash == h && *a.topic == *topic))
-            .or_else(|| slots.iter().position(|s| lock(s).is_none()))
+            .position(|s| matches!(&*lock(&s.answer), Some(a) if a.hash == h && *a.topic == *topic))
+            .or_else(|| slots.iter().position(|s| lock(&s.answer).is_none()))
             .unwrap_or(h as usize % WAYS);
         let answer = Arc::new(Answer {
             hash: h,
@@ -159,7 +170,11 @@ impl Answers {
             releases,
             tuple,
         });
-        let old = lock(&slots[way]).replace(answer);
+        let mut slot = lock(&slots[way].answer);
+        let old = slot.replace(answer);
+        // A hint only: a probe checks the topic again under the lock.
+        slots[way].hash.store(h, Relaxed);
+        drop(slot);
         if let Some(old) = old {
             self.held.fetch_sub(old.ids.len(), Relaxed);
             // Dropped here, out of the lock: it may run a subscriber's `__del__`.
@@ -168,7 +183,7 @@ impl Answers {
     }
 }
 
-fn set(tables: &Tables, h: u64) -> &[Mutex<Option<Arc<Answer>>>] {
+fn set(tables: &Tables, h: u64) -> &[Slot] {
     let set = (h >> 32) as usize % SETS;
     &tables.slots[set * WAYS..(set + 1) * WAYS]
 }
