@@ -254,10 +254,8 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         })
     }
 
-    pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-        let py = topic.py();
-        let text = utf8(topic, Kind::Topic)?;
-        let guard = crossbeam_epoch::pin();
+    /// The ids of one topic, with the GIL held or not by the rule for single lookups.
+    fn ids_of(&self, py: Python<'_>, text: &str) -> PyResult<Vec<SubscriberId>> {
         let core = &self.core;
         let mut ids = Vec::new();
         // The topic is parsed inside the core, and only if a result cache cannot answer it.
@@ -265,9 +263,51 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             core.lookup_str_into(text, &mut ids)
         })
         .map_err(to_py)?;
+        Ok(ids)
+    }
+
+    pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let py = topic.py();
+        let text = utf8(topic, Kind::Topic)?;
+        let guard = crossbeam_epoch::pin();
+        let ids = self.ids_of(py, text)?;
         let list = self.registry.answer(py, &self.answers, text, &ids);
         drop(guard);
         list
+    }
+
+    /// Runs a batch of lookups: `each` gets the ids of every topic, off the GIL when the rule
+    /// says it pays; `sink` gets each slice's results, with the GIL and the slice's topics.
+    fn run_many<T: Send>(
+        &self,
+        topics: &Bound<'_, PyAny>,
+        each: impl Fn(Vec<SubscriberId>) -> T + Sync,
+        mut sink: impl FnMut(&[&str], Vec<T>) -> PyResult<()>,
+    ) -> PyResult<()> {
+        let items: Vec<Bound<'_, PyAny>> = topics.try_iter()?.collect::<PyResult<_>>()?;
+        let texts: Vec<&str> = items
+            .iter()
+            .map(|item| utf8(item, Kind::Topic))
+            .collect::<PyResult<_>>()?;
+        let step = |i: usize| -> PyResult<T> {
+            let mut ids = Vec::new();
+            self.core
+                .lookup_str_into(texts[i], &mut ids)
+                .map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
+            Ok(each(ids))
+        };
+        let mut done = 0;
+        gil::run_batch(
+            topics.py(),
+            texts.len(),
+            self.lookup_estimate(),
+            step,
+            |results| {
+                let slice = &texts[done..done + results.len()];
+                done += results.len();
+                sink(slice, results)
+            },
+        )
     }
 
     pub(crate) fn lookup_many<'py>(
@@ -275,27 +315,18 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         topics: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let py = topics.py();
-        let items: Vec<Bound<'py, PyAny>> = topics.try_iter()?.collect::<PyResult<_>>()?;
-        let mut texts = Vec::with_capacity(items.len());
-        for item in &items {
-            texts.push(utf8(item, Kind::Topic)?);
-        }
-        let core = &self.core;
-        let mut lists = Vec::with_capacity(texts.len());
-        let step = |i: usize| -> PyResult<Vec<SubscriberId>> {
-            let mut ids = Vec::new();
-            core.lookup_str_into(texts[i], &mut ids)
-                .map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
-            Ok(ids)
-        };
+        let mut lists = Vec::new();
         let mut large = false;
-        gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |results| {
-            large |= results.iter().map(Vec::len).sum::<usize>() >= PAUSE_FROM;
-            let _paused = large.then(|| CollectorPaused::new(py));
-            let topics = &texts[lists.len()..lists.len() + results.len()];
-            lists.extend(self.registry.answers(py, &self.answers, topics, &results)?);
-            Ok(())
-        })?;
+        self.run_many(
+            topics,
+            |ids| ids,
+            |slice, results| {
+                large |= results.iter().map(Vec::len).sum::<usize>() >= PAUSE_FROM;
+                let _paused = large.then(|| CollectorPaused::new(py));
+                lists.extend(self.registry.answers(py, &self.answers, slice, &results)?);
+                Ok(())
+            },
+        )?;
         let _paused = large.then(|| CollectorPaused::new(py));
         PyList::new(py, lists)
     }
@@ -303,13 +334,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// How many subscribers `topic` reaches: a lookup that makes no Python object.
     pub(crate) fn count(&self, topic: &Bound<'_, PyAny>) -> PyResult<usize> {
         let text = utf8(topic, Kind::Topic)?;
-        let core = &self.core;
-        let mut ids = Vec::new();
-        gil::run_estimated(topic.py(), self.lookup_estimate(), || {
-            core.lookup_str_into(text, &mut ids)
-        })
-        .map_err(to_py)?;
-        Ok(ids.len())
+        Ok(self.ids_of(topic.py(), text)?.len())
     }
 
     /// How many subscribers each topic reaches, computed as `lookup_many` computes its lists.
@@ -317,25 +342,16 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         &self,
         topics: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let py = topics.py();
-        let items: Vec<Bound<'py, PyAny>> = topics.try_iter()?.collect::<PyResult<_>>()?;
-        let mut texts = Vec::with_capacity(items.len());
-        for item in &items {
-            texts.push(utf8(item, Kind::Topic)?);
-        }
-        let core = &self.core;
-        let mut counts = Vec::with_capacity(texts.len());
-        let step = |i: usize| -> PyResult<usize> {
-            let mut ids = Vec::new();
-            core.lookup_str_into(texts[i], &mut ids)
-                .map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
-            Ok(ids.len())
-        };
-        gil::run_batch(py, texts.len(), self.lookup_estimate(), step, |n| {
-            counts.extend(n);
-            Ok(())
-        })?;
-        PyList::new(py, counts)
+        let mut counts = Vec::new();
+        self.run_many(
+            topics,
+            |ids| ids.len(),
+            |_, n| {
+                counts.extend(n);
+                Ok(())
+            },
+        )?;
+        PyList::new(topics.py(), counts)
     }
 
     pub(crate) fn len(&self) -> usize {
