@@ -14,7 +14,10 @@
 //! objects were. An id keeps its object from the moment it is handed out until it is released,
 //! and a release moves that count; so while the count stands still every id of the tuple still
 //! has the object the tuple holds for it, and a copy is what converting the ids would give.
-//! Once it moves, every kept tuple is stale and is made again on its topic's next lookup.
+//! Once it moves, every kept tuple is stale: the release takes them all out of their slots
+//! (and drops them once the registry's lock is let go), so a subscriber no longer subscribed is
+//! not kept alive by a tuple; each is made again on its topic's next lookups. A tuple stored
+//! while a release clears them checks the count again after storing and takes itself out.
 //!
 //! Bounds: [`SETS`] sets of [`WAYS`] topics a matcher, by the topic's hash, and [`MAX_IDS`]
 //! ids in all (the tuples hold references to objects the registry already keeps alive: 8 bytes
@@ -27,7 +30,7 @@
 //! run (a tuple dropped can run a subscriber's `__del__`, which may look up this matcher).
 
 use std::hash::BuildHasher;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -72,6 +75,8 @@ struct Slot {
 
 struct Tables {
     slots: Box<[Slot]>,
+    /// The slots holding an answer, for [`Answers::take_all`].
+    used: Mutex<Vec<u32>>,
     door: Box<[AtomicU64]>,
     /// Bits set in `door`.
     door_set: AtomicUsize,
@@ -121,6 +126,7 @@ impl Answers {
         }
         let tables = self.tables.get_or_init(|| Tables {
             slots: (0..SETS * WAYS).map(|_| Slot::default()).collect(),
+            used: Mutex::default(),
             door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             door_set: AtomicUsize::new(0),
         });
@@ -139,14 +145,16 @@ impl Answers {
         false
     }
 
-    /// Keeps `tuple`, the objects of `ids` (all live when read, after `releases` was), as the
-    /// answer of `topic`, unless that would pass the budget. It takes the topic's own slot if
-    /// it has one, else an empty one, else one picked by the hash's low bits.
+    /// Keeps `tuple`, the objects of `ids` (all live when read, after the release count
+    /// `released` stood at `releases`), as the answer of `topic`, unless that would pass the
+    /// budget. It takes the topic's own slot if it has one, else an empty one, else one picked
+    /// by the hash's low bits.
     pub(crate) fn keep(
         &self,
         topic: &str,
         ids: &[SubscriberId],
         releases: u64,
+        released: &AtomicU64,
         tuple: Py<PyTuple>,
     ) {
         let Some(tables) = self.tables.get() else {
@@ -171,21 +179,61 @@ impl Answers {
             tuple,
         });
         let mut slot = lock(&slots[way].answer);
-        let old = slot.replace(answer);
+        let old = slot.replace(Arc::clone(&answer));
         // A hint only: a probe checks the topic again under the lock.
         slots[way].hash.store(h, Relaxed);
+        if old.is_none() {
+            let index = u32::try_from(set_start(h) + way).expect("slots fit in u32");
+            lock(&tables.used).push(index);
+        }
         drop(slot);
+        // Dropped out of the lock: they may run a subscriber's `__del__`.
         if let Some(old) = old {
             self.held.fetch_sub(old.ids.len(), Relaxed);
-            // Dropped here, out of the lock: it may run a subscriber's `__del__`.
             drop(old);
+        }
+        if released.load(Acquire) != releases {
+            // A release came while this was made, and may have cleared the slots before this
+            // one was stored: take it out again, if nothing replaced it meanwhile.
+            let mut slot = lock(&slots[way].answer);
+            if slot.as_ref().is_some_and(|a| Arc::ptr_eq(a, &answer)) {
+                let mine = slot.take();
+                drop(slot);
+                self.held.fetch_sub(ids.len(), Relaxed);
+                drop(mine);
+            }
+        }
+    }
+
+    /// Takes every kept answer out of its slot into `stale`, to be dropped by the caller once
+    /// it holds no lock: after a release, none can be served again.
+    pub(crate) fn take_all(&self, stale: &mut Stale) {
+        let Some(tables) = self.tables.get() else {
+            return;
+        };
+        let used = std::mem::take(&mut *lock(&tables.used));
+        for index in used {
+            let slot = &tables.slots[index as usize];
+            let taken = lock(&slot.answer).take();
+            if let Some(answer) = taken {
+                self.held.fetch_sub(answer.ids.len(), Relaxed);
+                stale.0.push(answer);
+            }
         }
     }
 }
 
+/// Kept answers taken out of their slots by a release, dropped with this once the registry's
+/// lock is let go (dropping a tuple can run a subscriber's `__del__`).
+#[derive(Default)]
+pub(crate) struct Stale(Vec<Arc<Answer>>);
+
+fn set_start(h: u64) -> usize {
+    (h >> 32) as usize % SETS * WAYS
+}
+
 fn set(tables: &Tables, h: u64) -> &[Slot] {
-    let set = (h >> 32) as usize % SETS;
-    &tables.slots[set * WAYS..(set + 1) * WAYS]
+    &tables.slots[set_start(h)..set_start(h) + WAYS]
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

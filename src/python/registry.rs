@@ -30,7 +30,7 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::answers::{Answers, MIN_IDS};
+use super::answers::{Answers, Stale, MIN_IDS};
 use crate::matcher::SubscriberId;
 
 #[derive(Default)]
@@ -58,6 +58,10 @@ pub(crate) struct Registry {
     /// How many ids have been released: an id's object changes only through a release, so
     /// while this stands still every live id keeps its object (what [`Answers`] relies on).
     releases: AtomicU64,
+    /// Tuples of the objects of large answers that repeat, copied instead of converted; a
+    /// release empties it. Shared by a matcher and its snapshots: an answer is served only
+    /// when the ids it was made from are the lookup's, whichever core gave them.
+    answers: Answers,
     /// Ids whose epoch has passed: safe to hand out again.
     free: Arc<Mutex<Vec<SubscriberId>>>,
 }
@@ -73,6 +77,7 @@ impl Registry {
             slots: Mutex::default(),
             objects: RwLock::default(),
             releases: AtomicU64::new(0),
+            answers: Answers::default(),
             free: Arc::default(),
         }
     }
@@ -162,6 +167,8 @@ impl Registry {
         if n == 0 {
             return;
         }
+        // Declared first, so dropped after the lock is let go.
+        let mut stale = Stale::default();
         let mut slots = self
             .slots
             .lock_py_attached(py)
@@ -170,7 +177,7 @@ impl Registry {
         *count = count.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
         if *count == 0 {
             if slots.snapshots.is_empty() {
-                self.release(py, id);
+                self.release(py, id, &mut stale);
             } else {
                 let taken = slots.next_snapshot;
                 slots.pending.push_back((taken, id));
@@ -179,9 +186,9 @@ impl Registry {
         }
     }
 
-    /// Forgets the object of `id` now and frees the number once no lookup can hold it.
-    /// Caller holds `slots`.
-    fn release(&self, py: Python<'_>, id: SubscriberId) {
+    /// Forgets the object of `id` now and frees the number once no lookup can hold it; the
+    /// kept answers, all stale now, go into `stale`. Caller holds `slots`.
+    fn release(&self, py: Python<'_>, id: SubscriberId, stale: &mut Stale) {
         let obj = self.objects.write().unwrap_or_else(PoisonError::into_inner)[id as usize].take();
         let Some(obj) = obj else {
             // Already released: the id must reach the free list once only.
@@ -190,6 +197,7 @@ impl Registry {
         // After the object is gone from the table: a reader that saw the old count and then
         // reads the table either finds the object gone or stamps a tuple with a stale count.
         self.releases.fetch_add(1, Release);
+        self.answers.take_all(stale);
         // The object hashed when it was added; if its hash now fails, it stays in the dict
         // (unreachable) rather than leaving the registry half-updated.
         let _ = self.ids.bind(py).del_item(obj.bind(py));
@@ -216,6 +224,8 @@ impl Registry {
     /// Records that snapshot `n` is gone, and releases the ids that waited only for snapshots
     /// older than every one still alive.
     pub(crate) fn drop_snapshot(&self, py: Python<'_>, n: u64) {
+        // Declared first, so dropped after the lock is let go.
+        let mut stale = Stale::default();
         let mut slots = self
             .slots
             .lock_py_attached(py)
@@ -233,7 +243,7 @@ impl Registry {
             }
             slots.latest.remove(&id);
             if slots.counts[id as usize] == 0 {
-                self.release(py, id);
+                self.release(py, id, &mut stale);
             }
         }
     }
@@ -245,13 +255,12 @@ impl Registry {
     pub(crate) fn answer<'py>(
         &self,
         py: Python<'py>,
-        answers: &Answers,
         topic: &str,
         ids: &[SubscriberId],
     ) -> PyResult<Bound<'py, PyList>> {
         let releases = self.releases.load(Acquire);
         let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
-        answer(py, &objects, answers, releases, topic, ids)
+        self.answer_of(py, &objects, releases, topic, ids)
     }
 
     /// One list per answer, `results[i]` for `topics[i]`, under one read of the table: a
@@ -259,7 +268,6 @@ impl Registry {
     pub(crate) fn answers<'py>(
         &self,
         py: Python<'py>,
-        answers: &Answers,
         topics: &[&str],
         results: &[Vec<SubscriberId>],
     ) -> PyResult<Vec<Bound<'py, PyList>>> {
@@ -268,8 +276,41 @@ impl Registry {
         topics
             .iter()
             .zip(results)
-            .map(|(topic, ids)| answer(py, &objects, answers, releases, topic, ids))
+            .map(|(topic, ids)| self.answer_of(py, &objects, releases, topic, ids))
             .collect()
+    }
+
+    /// The list for `topic`'s answer `ids`: a copy of its kept tuple, or converted, and kept
+    /// when large, repeated and all live. `releases` was read before `objects`.
+    fn answer_of<'py>(
+        &self,
+        py: Python<'py>,
+        objects: &[Option<Py<PyAny>>],
+        releases: u64,
+        topic: &str,
+        ids: &[SubscriberId],
+    ) -> PyResult<Bound<'py, PyList>> {
+        if ids.len() < MIN_IDS {
+            return list_of(py, objects, ids);
+        }
+        if let Some(list) = self.answers.copy(py, topic, ids, releases) {
+            return list;
+        }
+        let live: Option<Vec<&Py<PyAny>>> = if self.answers.wants(topic, ids) {
+            ids.iter()
+                .map(|&id| objects.get(id as usize).and_then(Option::as_ref))
+                .collect()
+        } else {
+            None
+        };
+        let Some(live) = live else {
+            return list_of(py, objects, ids);
+        };
+        let tuple = PyTuple::new(py, live.iter().map(|o| o.bind(py)))?;
+        let list = tuple.as_sequence().to_list()?;
+        self.answers
+            .keep(topic, ids, releases, &self.releases, tuple.unbind());
+        Ok(list)
     }
 
     /// The list of the objects of `ids`, converted. Same guard rule as [`Registry::answer`].
@@ -294,38 +335,6 @@ impl Registry {
             .as_ref()
             .map(|o| o.bind(py).clone())
     }
-}
-
-/// The list for `topic`'s answer `ids`: a copy of its kept tuple, or converted, and kept when
-/// large, repeated and all live. `releases` was read before `objects`.
-fn answer<'py>(
-    py: Python<'py>,
-    objects: &[Option<Py<PyAny>>],
-    answers: &Answers,
-    releases: u64,
-    topic: &str,
-    ids: &[SubscriberId],
-) -> PyResult<Bound<'py, PyList>> {
-    if ids.len() < MIN_IDS {
-        return list_of(py, objects, ids);
-    }
-    if let Some(list) = answers.copy(py, topic, ids, releases) {
-        return list;
-    }
-    let live: Option<Vec<&Py<PyAny>>> = if answers.wants(topic, ids) {
-        ids.iter()
-            .map(|&id| objects.get(id as usize).and_then(Option::as_ref))
-            .collect()
-    } else {
-        None
-    };
-    let Some(live) = live else {
-        return list_of(py, objects, ids);
-    };
-    let tuple = PyTuple::new(py, live.iter().map(|o| o.bind(py)))?;
-    let list = tuple.as_sequence().to_list()?;
-    answers.keep(topic, ids, releases, tuple.unbind());
-    Ok(list)
 }
 
 /// The list of the objects of `ids` in `objects`, skipping released ids.

@@ -14,7 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use super::answers::{Answers, CollectorPaused};
+use super::answers::CollectorPaused;
 use super::errors::{read_only, to_py, InvalidTopic};
 use super::gil;
 use super::registry::Registry;
@@ -68,8 +68,6 @@ pub(crate) struct TopicIndex<M> {
     snapshot_seq: u64,
     /// Whether a lookup's cost grows with the number of patterns (the naive scan).
     pub(crate) scan_lookup: bool,
-    /// Tuples of the objects of large answers that repeat, copied instead of converted.
-    answers: Answers,
 }
 
 pub(crate) fn parse_dialect(name: &str) -> PyResult<Dialect> {
@@ -84,7 +82,6 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             read_only: false,
             snapshot_seq: 0,
             scan_lookup,
-            answers: Answers::default(),
         }
     }
 
@@ -98,7 +95,6 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             read_only: true,
             snapshot_seq,
             scan_lookup: self.scan_lookup,
-            answers: Answers::default(),
         }
     }
 
@@ -271,7 +267,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let text = utf8(topic, Kind::Topic)?;
         let guard = crossbeam_epoch::pin();
         let ids = self.ids_of(py, text)?;
-        let list = self.registry.answer(py, &self.answers, text, &ids);
+        let list = self.registry.answer(py, text, &ids);
         drop(guard);
         list
     }
@@ -323,7 +319,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             |slice, results| {
                 large |= results.iter().map(Vec::len).sum::<usize>() >= PAUSE_FROM;
                 let _paused = large.then(|| CollectorPaused::new(py));
-                lists.extend(self.registry.answers(py, &self.answers, slice, &results)?);
+                lists.extend(self.registry.answers(py, slice, &results)?);
                 Ok(())
             },
         )?;

@@ -5,6 +5,7 @@ the garbage collector as it found it; count and count_many agree with lookup."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 from hypothesis import given, settings
@@ -162,3 +163,22 @@ def test_count_rejects_what_lookup_rejects(cls):
         m.count(5)
     with pytest.raises(TypeError):
         m.count_many(["a/b", None])
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+def test_a_kept_answer_does_not_keep_its_subscribers_alive(cls):
+    """A subscriber gone from the matcher is gone from its kept answers too: nothing in the
+    matcher holds it (a broker's connection object must be freed when it leaves)."""
+    m = cls("amqp")
+    crowd = [Sub(i) for i in range(CROWD)]
+    refs = [weakref.ref(s) for s in crowd]
+    m.subscribe_many([("a.*", s) for s in crowd])
+    for _ in range(3):
+        assert len(m.lookup("a.b")) == CROWD
+        assert [len(r) for r in m.lookup_many(["a.b", "a.c"])] == [CROWD, CROWD]
+    for s in crowd:
+        m.remove_subscriber(s)
+    del crowd, s
+    gc.collect()
+    assert [r() for r in refs] == [None] * CROWD
+    assert m.lookup("a.b") == []
