@@ -50,6 +50,15 @@ struct Slots {
     next_snapshot: u64,
 }
 
+/// What releases let go of, dropped with this once the registry's lock is let go: the last
+/// reference to a subscriber (the caller may have unsubscribed an equal object, or a snapshot
+/// held the id) runs its `__del__`, which may call back into this matcher and take the lock.
+#[derive(Default)]
+struct Released {
+    objects: Vec<Py<PyAny>>,
+    answers: Stale,
+}
+
 /// The object ↔ id maps of one matcher and its snapshots.
 pub(crate) struct Registry {
     ids: Py<PyDict>,
@@ -168,7 +177,7 @@ impl Registry {
             return;
         }
         // Declared first, so dropped after the lock is let go.
-        let mut stale = Stale::default();
+        let mut released = Released::default();
         let mut slots = self
             .slots
             .lock_py_attached(py)
@@ -177,7 +186,7 @@ impl Registry {
         *count = count.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
         if *count == 0 {
             if slots.snapshots.is_empty() {
-                self.release(py, id, &mut stale);
+                self.release(py, id, &mut released);
             } else {
                 let taken = slots.next_snapshot;
                 slots.pending.push_back((taken, id));
@@ -186,9 +195,10 @@ impl Registry {
         }
     }
 
-    /// Forgets the object of `id` now and frees the number once no lookup can hold it; the
-    /// kept answers, all stale now, go into `stale`. Caller holds `slots`.
-    fn release(&self, py: Python<'_>, id: SubscriberId, stale: &mut Stale) {
+    /// Forgets the object of `id` now and frees the number once no lookup can hold it. The
+    /// object and the kept answers (all stale now) go into `released`, for the caller to drop
+    /// once it has let go of `slots`, which it holds.
+    fn release(&self, py: Python<'_>, id: SubscriberId, released: &mut Released) {
         let obj = self.objects.write().unwrap_or_else(PoisonError::into_inner)[id as usize].take();
         let Some(obj) = obj else {
             // Already released: the id must reach the free list once only.
@@ -197,10 +207,11 @@ impl Registry {
         // After the object is gone from the table: a reader that saw the old count and then
         // reads the table either finds the object gone or stamps a tuple with a stale count.
         self.releases.fetch_add(1, Release);
-        self.answers.take_all(stale);
+        self.answers.take_all(&mut released.answers);
         // The object hashed when it was added; if its hash now fails, it stays in the dict
         // (unreachable) rather than leaving the registry half-updated.
         let _ = self.ids.bind(py).del_item(obj.bind(py));
+        released.objects.push(obj);
         let free = Arc::clone(&self.free);
         let guard = crossbeam_epoch::pin();
         guard.defer(move || lock(&free).push(id));
@@ -225,7 +236,7 @@ impl Registry {
     /// older than every one still alive.
     pub(crate) fn drop_snapshot(&self, py: Python<'_>, n: u64) {
         // Declared first, so dropped after the lock is let go.
-        let mut stale = Stale::default();
+        let mut released = Released::default();
         let mut slots = self
             .slots
             .lock_py_attached(py)
@@ -243,7 +254,7 @@ impl Registry {
             }
             slots.latest.remove(&id);
             if slots.counts[id as usize] == 0 {
-                self.release(py, id, &mut stale);
+                self.release(py, id, &mut released);
             }
         }
     }

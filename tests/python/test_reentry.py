@@ -1,0 +1,86 @@
+"""Subscribers whose finalizer calls back into the matcher that held them. The registry lets
+go of a subscriber's object after its lock, so the finalizer's call goes through instead of
+waiting forever for a lock its own thread holds."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import topicmatch as tm
+
+from conftest import TOPIC_MATCHERS
+
+
+class Conn:
+    """Equal to any `Conn` with the same key; on finalization, subscribes to its matcher, if
+    it has one."""
+
+    def __init__(self, key: int, m) -> None:
+        self.key = key
+        self.m = m
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Conn) and other.key == self.key
+
+    def __del__(self) -> None:
+        if self.m is not None:
+            self.m.subscribe("audit.#", f"logger-{self.key}")
+
+
+def _finishes(body) -> None:
+    """Runs `body` in a thread of its own: a call that waits on itself would hang the suite."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "the call never returned: the finalizer waited for the registry"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("how", ["unsubscribe", "remove_subscriber"])
+def test_a_finalizer_may_call_the_matcher_that_released_it(cls, how):
+    """The caller unsubscribes with an equal object, so the matcher held the last reference
+    to the one it stored; a large answer of it was kept as well."""
+    m = cls("amqp")
+
+    def body() -> None:
+        m.subscribe_many([("a.*", Conn(i, m)) for i in range(40)])
+        for _ in range(3):
+            assert len(m.lookup("a.b")) == 40
+        for i in range(40):
+            if how == "unsubscribe":
+                assert m.unsubscribe("a.*", Conn(i, None)) is True
+            else:
+                assert m.remove_subscriber(Conn(i, None)) == 1
+
+    _finishes(body)
+    assert sorted(m.subscriptions()) == sorted(("audit.#", f"logger-{i}") for i in range(40))
+
+
+def test_a_finalizer_may_call_the_matcher_when_its_snapshot_goes():
+    """A snapshot held the id, so the release comes when the snapshot is dropped."""
+    m = tm.CSTrie("amqp")
+
+    def body() -> None:
+        m.subscribe("a.b", Conn(1, m))
+        snap = m.snapshot()
+        assert m.unsubscribe("a.b", Conn(1, None)) is True
+        assert len(snap.lookup("a.b")) == 1
+        del snap
+
+    _finishes(body)
+    assert m.subscriptions() == [("audit.#", "logger-1")]
