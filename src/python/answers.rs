@@ -68,7 +68,8 @@ struct Answer {
 }
 
 /// A slot: the hash of the topic it holds, read before its lock so that a probe locks only
-/// the slot that may hold its topic (0: empty, or a hash that happened to be 0).
+/// the slot that may hold its topic (0 when emptied, or a hash that happened to be 0; the
+/// answer under the lock decides).
 #[derive(Default)]
 struct Slot {
     hash: AtomicU64,
@@ -93,36 +94,26 @@ pub(crate) struct Answers {
 }
 
 impl Answers {
-    /// The list for `topic`, whose answer from the core is `ids`, if a kept tuple holds it.
-    /// `releases` is the registry's release count now.
+    /// The list for `topic` (of hash `h`, see [`hash`]), whose answer from the core is `ids`,
+    /// if a kept tuple holds it. `releases` is the registry's release count now.
     pub(crate) fn copy<'py>(
         &self,
         py: Python<'py>,
+        h: u64,
         topic: &str,
         ids: &[SubscriberId],
         releases: u64,
     ) -> Option<PyResult<Bound<'py, PyList>>> {
-        let tables = self.tables.get()?;
-        let h = hash(topic);
-        let answer = set(tables, h).iter().find_map(|slot| {
-            if slot.hash.load(Relaxed) != h {
-                return None;
-            }
-            let answer = lock(&slot.answer);
-            match &*answer {
-                Some(a) if a.hash == h && *a.topic == *topic => Some(Arc::clone(a)),
-                _ => None,
-            }
-        })?;
+        let (_, answer) = find(set(self.tables.get()?, h), h, topic)?;
         if answer.releases != releases || *answer.ids != *ids {
             return None;
         }
         Some(answer.tuple.bind(py).as_sequence().to_list())
     }
 
-    /// Whether a tuple should be made for `topic` now: its answer is large, and it was
-    /// converted before.
-    pub(crate) fn wants(&self, topic: &str, ids: &[SubscriberId]) -> bool {
+    /// Whether a tuple should be made for the topic of hash `h` now: its answer `ids` is
+    /// large, and it was converted before.
+    pub(crate) fn wants(&self, h: u64, ids: &[SubscriberId]) -> bool {
         if ids.len() < MIN_IDS || ids.len() > MAX_IDS {
             return false;
         }
@@ -132,7 +123,7 @@ impl Answers {
             door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             door_set: AtomicUsize::new(0),
         });
-        let bit = hash(topic) as usize % DOOR_BITS;
+        let bit = h as usize % DOOR_BITS;
         let (word, mask) = (&tables.door[bit / 64], 1u64 << (bit % 64));
         if word.fetch_or(mask, Relaxed) & mask != 0 {
             return true;
@@ -148,11 +139,12 @@ impl Answers {
     }
 
     /// Keeps `tuple`, the objects of `ids` (all live when read, after the release count
-    /// `released` stood at `releases`), as the answer of `topic`, unless that would pass the
-    /// budget. It takes the topic's own slot if it has one, else an empty one, else one picked
-    /// by the hash's low bits.
+    /// `released` stood at `releases`), as the answer of `topic` (of hash `h`), unless that
+    /// would pass the budget. It takes the topic's own slot if it has one, else an empty one,
+    /// else one picked by the hash's low bits.
     pub(crate) fn keep(
         &self,
+        h: u64,
         topic: &str,
         ids: &[SubscriberId],
         releases: u64,
@@ -166,11 +158,9 @@ impl Answers {
             self.held.fetch_sub(ids.len(), Relaxed);
             return;
         }
-        let h = hash(topic);
         let slots = set(tables, h);
-        let way = slots
-            .iter()
-            .position(|s| matches!(&*lock(&s.answer), Some(a) if a.hash == h && *a.topic == *topic))
+        let way = find(slots, h, topic)
+            .map(|(way, _)| way)
             .or_else(|| slots.iter().position(|s| lock(&s.answer).is_none()))
             .unwrap_or(h as usize % WAYS);
         let answer = Arc::new(Answer {
@@ -216,7 +206,10 @@ impl Answers {
         let used = std::mem::take(&mut *lock(&tables.used));
         for index in used {
             let slot = &tables.slots[index as usize];
-            let taken = lock(&slot.answer).take();
+            let mut held = lock(&slot.answer);
+            let taken = held.take();
+            slot.hash.store(0, Relaxed);
+            drop(held);
             if let Some(answer) = taken {
                 self.held.fetch_sub(answer.ids.len(), Relaxed);
                 stale.0.push(answer);
@@ -242,8 +235,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn hash(topic: &str) -> u64 {
+/// The hash a topic's answer is kept by: computed once per lookup and handed to the methods.
+pub(crate) fn hash(topic: &str) -> u64 {
     WordsHasher.hash_one(topic)
+}
+
+/// The way of `slots` that holds `topic`'s answer, and the answer. Only a way whose hash hint
+/// is `h` is locked.
+fn find(slots: &[Slot], h: u64, topic: &str) -> Option<(usize, Arc<Answer>)> {
+    slots.iter().enumerate().find_map(|(way, slot)| {
+        if slot.hash.load(Relaxed) != h {
+            return None;
+        }
+        match &*lock(&slot.answer) {
+            Some(a) if a.hash == h && *a.topic == *topic => Some((way, Arc::clone(a))),
+            _ => None,
+        }
+    })
 }
 
 /// While alive, the cyclic garbage collector does not run (if it was enabled, it is enabled

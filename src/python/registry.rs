@@ -30,7 +30,7 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::answers::{Answers, Stale, MIN_IDS};
+use super::answers::{self, Answers, Stale, MIN_IDS};
 use crate::matcher::SubscriberId;
 
 #[derive(Default)]
@@ -304,10 +304,11 @@ impl Registry {
         if ids.len() < MIN_IDS {
             return list_of(py, objects, ids);
         }
-        if let Some(list) = self.answers.copy(py, topic, ids, releases) {
+        let h = answers::hash(topic);
+        if let Some(list) = self.answers.copy(py, h, topic, ids, releases) {
             return list;
         }
-        let live: Option<Vec<&Py<PyAny>>> = if self.answers.wants(topic, ids) {
+        let live: Option<Vec<&Py<PyAny>>> = if self.answers.wants(h, ids) {
             ids.iter()
                 .map(|&id| objects.get(id as usize).and_then(Option::as_ref))
                 .collect()
@@ -320,7 +321,7 @@ impl Registry {
         let tuple = PyTuple::new(py, live.iter().map(|o| o.bind(py)))?;
         let list = tuple.as_sequence().to_list()?;
         self.answers
-            .keep(topic, ids, releases, &self.releases, tuple.unbind());
+            .keep(h, topic, ids, releases, &self.releases, tuple.unbind());
         Ok(list)
     }
 
