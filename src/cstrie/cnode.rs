@@ -24,9 +24,13 @@
 //!    shares it (`renew`, a snapshot, a write of another field): moving copies are made only
 //!    from an unshared root, and their moves are committed only by the GCAS that replaces the
 //!    C-node they were made from, in its one I-node.
+//! 4. A level of one word holds it in `solo`, and its word map is then empty: `solo` is
+//!    `Some` only while `words` is empty (see [`CNode`]).
 
 use std::borrow::Borrow;
 use std::sync::Arc;
+
+use smol_str::SmolStr;
 
 use super::hamt::{HashKey, Moves, PMap, PSet};
 use super::inode::INode;
@@ -53,7 +57,9 @@ impl Branch {
 pub(crate) struct Word(Arc<WordBranch>);
 
 pub(crate) struct WordBranch {
-    word: Box<str>,
+    /// Inline up to 23 bytes: a lookup compares the word in the line it reads the branch
+    /// from, with no hop to a text of its own (one dependent miss fewer per level).
+    word: SmolStr,
     branch: Branch,
     #[cfg(all(test, loom))]
     _live: live_words::Live,
@@ -62,7 +68,7 @@ pub(crate) struct WordBranch {
 impl Word {
     fn new(word: &str, branch: Branch) -> Word {
         Word(Arc::new(WordBranch {
-            word: word.into(),
+            word: SmolStr::new(word),
             branch,
             #[cfg(all(test, loom))]
             _live: live_words::Live::new(),
@@ -119,7 +125,7 @@ impl Borrow<str> for Word {
 
 impl HashKey for Word {
     fn hash64(&self) -> u64 {
-        self.0.word.hash64()
+        self.0.word.as_str().hash64()
     }
 
     fn prefetch(&self) {
@@ -136,9 +142,16 @@ pub(crate) fn word_hash(w: &str) -> u64 {
 pub(crate) type WordMoves = Moves<Word, ()>;
 
 /// One level: branches keyed by word, plus the wildcard slots.
+///
+/// A level of one word keeps it in `solo`, with no word map: most levels below the first hold
+/// one word (a topic space is a tree that fans out near its root), and a map of one costs a
+/// node of its own, read on every lookup that passes (one dependent load more per level) and
+/// 64 bytes of the pool. Invariant 4: `solo` is `Some` only while `words` is empty. A second
+/// word moves both into a fresh map; a map that shrinks to one word stays a map.
 #[derive(Clone, Default)]
 pub(crate) struct CNode {
     pub(crate) here: PSet,
+    pub(crate) solo: Option<Word>,
     pub(crate) words: PMap<Word, ()>,
     pub(crate) one: Option<Branch>,
     pub(crate) many: Option<Branch>,
@@ -147,7 +160,11 @@ pub(crate) struct CNode {
 impl CNode {
     /// Whether the level holds nothing (and so may be entombed, unless it is the root).
     pub(crate) fn is_empty(&self) -> bool {
-        self.here.is_empty() && self.words.is_empty() && self.one.is_none() && self.many.is_none()
+        self.here.is_empty()
+            && self.solo.is_none()
+            && self.words.is_empty()
+            && self.one.is_none()
+            && self.many.is_none()
     }
 
     /// The branch of `key`.
@@ -161,6 +178,9 @@ impl CNode {
 
     /// The branch of the word `w`, whose hash is `hash` ([`word_hash`]).
     pub(crate) fn word(&self, w: &str, hash: u64) -> Option<&Branch> {
+        if let Some(solo) = &self.solo {
+            return (solo.0.word.as_str() == w).then_some(&solo.0.branch);
+        }
         self.words
             .get_key_value_hashed(hash, w)
             .map(|(k, _)| &k.0.branch)
@@ -175,11 +195,37 @@ impl CNode {
         let keep = !branch.is_empty();
         let mut cn = CNode {
             here: self.here.clone(),
+            solo: self.solo.clone(),
             words: PMap::default(),
             one: self.one.clone(),
             many: self.many.clone(),
         };
         cn.words = match key {
+            Key::Word(w) if self.words.is_empty() => {
+                // One word at most: `solo` (invariant 4).
+                let replaces = cn.solo.as_ref().map_or(true, |s| s.0.word.as_str() == w);
+                match (keep, replaces) {
+                    (true, true) => cn.solo = Some(Word::new(w, branch)),
+                    (false, true) => cn.solo = None,
+                    // A second word: both go into a map of their own, made fresh, so nothing
+                    // is moved from another map.
+                    (true, false) => {
+                        let solo = cn.solo.take().expect("a word that is not replaced");
+                        return (
+                            CNode {
+                                words: PMap::default()
+                                    .insert(solo, ())
+                                    .insert(Word::new(w, branch), ()),
+                                ..cn
+                            },
+                            moves,
+                        );
+                    }
+                    // Removing a word that is not there.
+                    (false, false) => {}
+                }
+                PMap::default()
+            }
             Key::Word(w) if keep => self
                 .words
                 .insert_moving(Word::new(w, branch), (), &mut moves),
@@ -201,8 +247,11 @@ impl CNode {
 
     /// Calls `f` on every branch with its key.
     pub(crate) fn for_each_branch<'a>(&'a self, f: &mut impl FnMut(Key<'a>, &'a Branch)) {
+        if let Some(s) = &self.solo {
+            f(Key::Word(s.0.word.as_str()), &s.0.branch);
+        }
         self.words
-            .for_each(&mut |k, _| f(Key::Word(&k.0.word), &k.0.branch));
+            .for_each(&mut |k, _| f(Key::Word(k.0.word.as_str()), &k.0.branch));
         if let Some(b) = &self.one {
             f(Key::One, b);
         }
@@ -214,14 +263,22 @@ impl CNode {
     /// Consumes the C-node, pushing the child I-nodes that only it held (see `INode`'s drop).
     pub(crate) fn drain_unique_children(self, out: &mut Vec<Arc<INode>>) {
         let CNode {
-            words, one, many, ..
+            solo,
+            words,
+            one,
+            many,
+            ..
         } = self;
-        words.drain_unique(&mut |k: Word, ()| {
-            // A word shared with another map stays with it.
+        // A word shared with another C-node or map stays with it.
+        let mut unique = |k: Word| {
             if let Some(wb) = Arc::into_inner(k.0) {
                 out.extend(wb.branch.next);
             }
-        });
+        };
+        if let Some(k) = solo {
+            unique(k);
+        }
+        words.drain_unique(&mut |k: Word, ()| unique(k));
         out.extend(one.and_then(|b| b.next));
         out.extend(many.and_then(|b| b.next));
     }

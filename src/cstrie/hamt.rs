@@ -428,8 +428,8 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
     }
 
     /// The map with `key` bound to `value`; an equal key already there is replaced too, since
-    /// a key may carry data (the C-node's word keys carry their branch).
-    #[cfg(all(test, not(loom)))]
+    /// a key may carry data (the C-node's word keys carry their branch). Counts rather than
+    /// moves, so it suits a map being built (a C-node's first map, made from its solo word).
     pub(crate) fn insert(&self, key: K, value: V) -> Self {
         self.insert_with(key, value, None)
     }

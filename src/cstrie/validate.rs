@@ -75,6 +75,9 @@ impl CSTrie {
             cn.here
                 .check()
                 .map_err(|e| format!("{at}: empty-pattern set: {e}"))?;
+            if cn.solo.is_some() && !cn.words.is_empty() {
+                return Err(format!("{at}: a solo word beside a word map"));
+            }
             cn.words
                 .check()
                 .map_err(|e| format!("{at}: word map: {e}"))?;
