@@ -133,6 +133,13 @@ impl HashKey for Word {
     }
 }
 
+/// The one word of a level that has one, and its branch (see [`CNode`]).
+#[derive(Clone)]
+pub(crate) struct Solo {
+    word: SmolStr,
+    branch: Branch,
+}
+
 /// The hash a word map files `w` under, for [`CNode::word`].
 pub(crate) fn word_hash(w: &str) -> u64 {
     w.hash64()
@@ -143,15 +150,17 @@ pub(crate) type WordMoves = Moves<Word, ()>;
 
 /// One level: branches keyed by word, plus the wildcard slots.
 ///
-/// A level of one word keeps it in `solo`, with no word map: most levels below the first hold
-/// one word (a topic space is a tree that fans out near its root), and a map of one costs a
-/// node of its own, read on every lookup that passes (one dependent load more per level) and
-/// 64 bytes of the pool. Invariant 4: `solo` is `Some` only while `words` is empty. A second
-/// word moves both into a fresh map; a map that shrinks to one word stays a map.
+/// A level of one word keeps it and its branch in `solo`, inside the C-node, with no word map:
+/// most levels below the first hold one word (a topic space is a tree that fans out near its
+/// root), and a map of one costs a map node and a shared word of their own, two dependent
+/// loads more per level on every lookup that passes. A lookup then reads the I-node and its
+/// main node per level, as in the paper. Invariant 4: `solo` is `Some` only while `words` is
+/// empty. A second word moves both into a fresh map; a map that shrinks to one word stays a
+/// map.
 #[derive(Clone, Default)]
 pub(crate) struct CNode {
     pub(crate) here: PSet,
-    pub(crate) solo: Option<Word>,
+    pub(crate) solo: Option<Solo>,
     pub(crate) words: PMap<Word, ()>,
     pub(crate) one: Option<Branch>,
     pub(crate) many: Option<Branch>,
@@ -179,7 +188,7 @@ impl CNode {
     /// The branch of the word `w`, whose hash is `hash` ([`word_hash`]).
     pub(crate) fn word(&self, w: &str, hash: u64) -> Option<&Branch> {
         if let Some(solo) = &self.solo {
-            return (solo.0.word.as_str() == w).then_some(&solo.0.branch);
+            return (solo.word.as_str() == w).then_some(&solo.branch);
         }
         self.words
             .get_key_value_hashed(hash, w)
@@ -203,9 +212,14 @@ impl CNode {
         cn.words = match key {
             Key::Word(w) if self.words.is_empty() => {
                 // One word at most: `solo` (invariant 4).
-                let replaces = cn.solo.as_ref().map_or(true, |s| s.0.word.as_str() == w);
+                let replaces = cn.solo.as_ref().map_or(true, |s| s.word.as_str() == w);
                 match (keep, replaces) {
-                    (true, true) => cn.solo = Some(Word::new(w, branch)),
+                    (true, true) => {
+                        cn.solo = Some(Solo {
+                            word: SmolStr::new(w),
+                            branch,
+                        })
+                    }
                     (false, true) => cn.solo = None,
                     // A second word: both go into a map of their own, made fresh, so nothing
                     // is moved from another map.
@@ -214,7 +228,7 @@ impl CNode {
                         return (
                             CNode {
                                 words: PMap::default()
-                                    .insert(solo, ())
+                                    .insert(Word::new(&solo.word, solo.branch), ())
                                     .insert(Word::new(w, branch), ()),
                                 ..cn
                             },
@@ -248,7 +262,7 @@ impl CNode {
     /// Calls `f` on every branch with its key.
     pub(crate) fn for_each_branch<'a>(&'a self, f: &mut impl FnMut(Key<'a>, &'a Branch)) {
         if let Some(s) = &self.solo {
-            f(Key::Word(s.0.word.as_str()), &s.0.branch);
+            f(Key::Word(s.word.as_str()), &s.branch);
         }
         self.words
             .for_each(&mut |k, _| f(Key::Word(k.0.word.as_str()), &k.0.branch));
@@ -260,6 +274,13 @@ impl CNode {
         }
     }
 
+    /// Calls `f` on the text of every word of the word map (not the solo word), for the loom
+    /// models' count of live word objects.
+    #[cfg(all(test, loom))]
+    pub(crate) fn for_each_map_word(&self, f: &mut impl FnMut(&str)) {
+        self.words.for_each(&mut |k, _| f(k.0.word.as_str()));
+    }
+
     /// Consumes the C-node, pushing the child I-nodes that only it held (see `INode`'s drop).
     pub(crate) fn drain_unique_children(self, out: &mut Vec<Arc<INode>>) {
         let CNode {
@@ -269,17 +290,82 @@ impl CNode {
             many,
             ..
         } = self;
-        // A word shared with another C-node or map stays with it.
-        let mut unique = |k: Word| {
+        out.extend(solo.and_then(|s| s.branch.next));
+        words.drain_unique(&mut |k: Word, ()| {
+            // A word shared with another map stays with it.
             if let Some(wb) = Arc::into_inner(k.0) {
                 out.extend(wb.branch.next);
             }
-        };
-        if let Some(k) = solo {
-            unique(k);
-        }
-        words.drain_unique(&mut |k: Word, ()| unique(k));
+        });
         out.extend(one.and_then(|b| b.next));
         out.extend(many.and_then(|b| b.next));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn branch(id: u32) -> Branch {
+        Branch {
+            subs: PSet::default().insert(id),
+            next: None,
+        }
+    }
+
+    /// The words of `cn` with each branch's first subscriber, sorted, and whether the level
+    /// is held solo.
+    fn shape(cn: &CNode) -> (Vec<(String, bool)>, bool) {
+        let mut words = Vec::new();
+        cn.for_each_branch(&mut |k, b| {
+            if let Key::Word(w) = k {
+                words.push((w.to_owned(), b.subs.contains(1)));
+            }
+        });
+        words.sort();
+        assert!(cn.solo.is_none() || cn.words.is_empty(), "invariant 4");
+        (words, cn.solo.is_some())
+    }
+
+    fn with(cn: &CNode, w: &str, b: Branch) -> CNode {
+        let (cn, moves) = cn.with(Key::Word(w), b);
+        // SAFETY: in the test below every word map is the source of at most one update (the
+        // C-nodes copied several times hold no map, so their updates move nothing), and each
+        // source stays alive until after its copy is last read, as `commit` requires.
+        unsafe { moves.commit() };
+        cn
+    }
+
+    #[test]
+    fn one_word_is_held_solo_and_a_second_makes_a_map_that_stays() {
+        let w = |s: &str, one: bool| (s.to_owned(), one);
+        let a = with(&CNode::default(), "a", branch(1));
+        assert_eq!(shape(&a), (vec![w("a", true)], true));
+        assert!(a.word("a", word_hash("a")).is_some());
+        assert!(a.word("b", word_hash("b")).is_none());
+        // Replacing the solo word's branch keeps it solo.
+        let a2 = with(&a, "a", branch(2));
+        assert_eq!(shape(&a2), (vec![w("a", false)], true));
+        // Removing a word that is not there changes nothing.
+        let same = with(&a, "zzz", Branch::default());
+        assert_eq!(shape(&same), (vec![w("a", true)], true));
+        // A second word: both in a map.
+        let ab = with(&a, "b", branch(2));
+        assert_eq!(shape(&ab), (vec![w("a", true), w("b", false)], false));
+        assert!(ab
+            .word("a", word_hash("a"))
+            .is_some_and(|b| b.subs.contains(1)));
+        // Shrunk to one, the map stays a map; emptied, the level is empty.
+        let b = with(&ab, "a", Branch::default());
+        assert_eq!(shape(&b), (vec![w("b", false)], false));
+        let empty = with(&b, "b", Branch::default());
+        assert!(empty.is_empty());
+        // The solo word removed: empty too, and the next word is solo again.
+        assert!(with(&a, "a", Branch::default()).is_empty());
+        let c = with(&empty, "c", branch(1));
+        assert_eq!(shape(&c), (vec![w("c", true)], true));
+        // The originals are untouched (C-nodes are persistent).
+        assert_eq!(shape(&a), (vec![w("a", true)], true));
+        assert_eq!(shape(&ab).0.len(), 2);
     }
 }

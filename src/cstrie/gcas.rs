@@ -163,7 +163,7 @@ impl CSTrie {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::super::loom_support::{check, check_alive, pattern, run2, run2_bounded};
-    use crate::{Dialect, Matcher};
+    use crate::{CSTrie, Dialect, Matcher};
 
     #[test]
     fn two_inserts_into_one_cnode_both_land() {
@@ -173,6 +173,22 @@ mod loom_tests {
             |t| assert!(t.subscribe(&pattern(Dialect::Amqp, "a"), 1)),
             |t| assert!(t.subscribe(&pattern(Dialect::Amqp, "b"), 2)),
             |t| check(t, &[("a", 1), ("b", 2)]),
+        );
+    }
+
+    /// A level held solo (`cnode.rs`, invariant 4) races a second word, which makes a fresh
+    /// map of both, and the removal of its word, which empties the level or moves from that
+    /// map: either order ends with the second word alone, and no word is freed while held.
+    #[test]
+    fn a_solo_word_racing_a_second_word_and_its_removal() {
+        run2(
+            Dialect::Amqp,
+            |t| {
+                t.subscribe(&pattern(Dialect::Amqp, "a"), 1);
+            },
+            |t| assert!(t.subscribe(&pattern(Dialect::Amqp, "b"), 2)),
+            |t| assert!(t.unsubscribe(&pattern(Dialect::Amqp, "a"), 1)),
+            |t| check_alive(t, &[("b", 2)]),
         );
     }
 
@@ -291,9 +307,7 @@ mod loom_tests {
     fn a_write_moving_from_a_map_whose_writer_has_not_returned() {
         run2(
             Dialect::Amqp,
-            |t| {
-                t.subscribe(&pattern(Dialect::Amqp, "a"), 1);
-            },
+            |t| map_of_one(t, "a", 1),
             |t| assert!(t.subscribe(&pattern(Dialect::Amqp, "a"), 2)),
             |t| assert!(t.subscribe(&pattern(Dialect::Amqp, "c"), 3)),
             |t| check_alive(t, &[("a", 1), ("a", 2), ("c", 3)]),
@@ -315,6 +329,17 @@ mod loom_tests {
             |t| assert!(t.unsubscribe(&pattern(Dialect::Amqp, "a"), 1)),
             |t| check_alive(t, &[("b", 1), ("c", 2)]),
         );
+    }
+
+    /// Subscribes `id` to the one-word pattern `w` so that the root holds `w` in a word map of
+    /// its own, not as its solo word (`cnode.rs`, invariant 4): a second word makes the map,
+    /// and the map stays when that word goes. The models that move from a map of one word
+    /// start from this.
+    fn map_of_one(t: &CSTrie, w: &str, id: u32) {
+        let other = if w == "z" { "y" } else { "z" };
+        t.subscribe(&pattern(Dialect::Amqp, w), id);
+        t.subscribe(&pattern(Dialect::Amqp, other), id);
+        t.unsubscribe(&pattern(Dialect::Amqp, other), id);
     }
 
     /// Three words for the displaced-leaf models, which run at a bound of 3 preemptions: at 4
@@ -353,7 +378,7 @@ mod loom_tests {
             Dialect::Amqp,
             |t| {
                 let [a, _, _] = colliding();
-                t.subscribe(&pattern(Dialect::Amqp, &a), 1);
+                map_of_one(t, &a, 1);
             },
             |t| {
                 let [_, b, _] = colliding();

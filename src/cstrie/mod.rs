@@ -935,7 +935,7 @@ mod loom_support {
     use std::cell::Cell;
     use std::collections::HashSet;
 
-    use super::cnode::{live_words, Key};
+    use super::cnode::live_words;
     use super::validate::Quiescence;
     use super::CSTrie;
     use crate::{Dialect, Matcher, Pattern};
@@ -973,8 +973,9 @@ mod loom_support {
         assert!(live >= held, "{live} words alive, {held} held");
     }
 
-    /// The distinct words `t` holds, at every level (a word object is told by its text's
-    /// address, which it owns).
+    /// The distinct shared words `t` holds in its word maps, at every level (a word object is
+    /// told by its text's address, which it owns). A level's solo word lives in its C-node,
+    /// not in a word object, and is not counted.
     fn held_words(t: &CSTrie) -> isize {
         let guard = &t.pin();
         let mut seen = HashSet::new();
@@ -983,12 +984,10 @@ mod loom_support {
             let Some(cn) = CSTrie::cnode(t.gcas_read(inode, guard)) else {
                 continue;
             };
-            cn.for_each_branch(&mut |key, branch| {
-                if let Key::Word(w) = key {
-                    seen.insert(w.as_ptr());
-                }
-                stack.extend(branch.next.as_deref());
+            cn.for_each_map_word(&mut |w| {
+                seen.insert(w.as_ptr());
             });
+            cn.for_each_branch(&mut |_, branch| stack.extend(branch.next.as_deref()));
         }
         seen.len() as isize
     }
