@@ -316,11 +316,13 @@ impl CSTrie {
                 let key = keys[depth];
                 let branch = cn.get(key);
                 if depth + 1 == keys.len() {
-                    // 2) the last word: add `id` to its branch
-                    let b = branch.cloned().unwrap_or_default();
-                    if b.subs.contains(id) {
+                    // 2) the last word: add `id` to its branch. A pair already there is told
+                    // before the branch is copied: the copy counts a reference on the I-node
+                    // below, whose line every lookup through it reads.
+                    if branch.is_some_and(|b| b.subs.contains(id)) {
                         return false;
                     }
+                    let b = branch.cloned().unwrap_or_default();
                     let nb = Branch {
                         subs: b.subs.insert(id),
                         next: b.next,
