@@ -66,7 +66,7 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
 use smallvec::SmallVec;
 
-use self::cnode::{word_hash, Branch, CNode, Key, WordMoves};
+use self::cnode::{Branch, CNode, Key, WordMoves};
 /// The memory of the word maps' and subscriber sets' nodes, which come from a pool of their
 /// own (`hamt/pool.rs`). Under loom they come from the global heap, and the pool stays empty.
 pub use self::hamt::pool::{stats as node_memory, NodeMemory};
@@ -698,8 +698,9 @@ impl CSTrie {
             let wildcards_allowed = !(pos == 0 && topic.is_dollar());
             // Past the last word only a zero-words `#` below a prefix can still match.
             let read_next = zero_or_more || pos + 1 < words.len();
-            // Hashed once for every level it is looked up in.
-            let hash = word_hash(word);
+            // Hashed once for every level it is looked up in, and only where a level has a
+            // word map to look it up in.
+            let mut hash = None;
             for &p in live.iter() {
                 if p.many {
                     // A many-words wildcard absorbs this word too.
@@ -708,7 +709,7 @@ impl CSTrie {
                 let Some(cn) = p.next else {
                     continue;
                 };
-                if let Some(b) = cn.word(word, hash) {
+                if let Some(b) = cn.word(word, &mut hash) {
                     let b = self.live(b, false, read_next, reads, guard);
                     self.enter(b, zero_or_more, next, reads, guard);
                 }
