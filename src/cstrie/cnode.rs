@@ -187,9 +187,9 @@ impl CNode {
 
     /// The branch of the word `w`. Its hash ([`word_hash`]) is computed into `hash`, for a
     /// caller that looks `w` up in several levels, on the first level that has a word map, and
-    /// only then. A level
-    /// held solo, or holding wildcards only, needs none, and most levels below the first are
-    /// solo: hashing every topic word up front was a sixth of a lookup of the seed.
+    /// only then. A level held solo, or holding wildcards only, needs none, and most levels
+    /// below the first are solo: hashing every topic word up front was a sixth of a lookup of
+    /// the seed.
     pub(crate) fn word(&self, w: &str, hash: &mut Option<u64>) -> Option<&Branch> {
         if let Some(solo) = &self.solo {
             return (solo.word.as_str() == w).then_some(&solo.branch);
