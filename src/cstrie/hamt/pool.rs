@@ -17,6 +17,16 @@
 //!   runs a node's drop on whichever thread flushes, which need not be the thread that made it;
 //! - the chunks, bump-allocated with one `fetch_add`; a full chunk is replaced by CAS.
 //!
+//! Fork: the depot's queue is lock-free but not wait-free. A push reserves a slot and then
+//! writes it, and a take of that slot waits for the write. A process that forked between the
+//! two would give the child a slot no thread there will ever write, and the child's next take
+//! from that class would wait forever (`a_child_forked_beside_depot_traffic_finds_it_whole`
+//! showed it: 16 children of 3,000 hung before the gate). So the depot is gated
+//! ([`with_depot`]): a handler registered with `pthread_atfork` closes the gate before the
+//! fork and waits for the operations inside to finish, and opens it again in parent and
+//! child. While it is closed, threads keep their surplus and carve fresh blocks instead. The
+//! chunks need no gate: carving is one `fetch_add` or one CAS, never a wait on a thread.
+//!
 //! The memory is not given back to the system: freed blocks wait for the next node of their
 //! class, as in most allocators. [`stats`] tells how much is reserved and how much is in use.
 //! Nodes larger than the largest class (collision nodes of more than 34 keys) go to the global
@@ -25,8 +35,8 @@
 use std::alloc::{alloc as sys_alloc, dealloc as sys_dealloc, handle_alloc_error, Layout};
 use std::cell::Cell;
 use std::ptr::{null_mut, NonNull};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicIsize, AtomicPtr, AtomicUsize};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicPtr, AtomicUsize};
 
 use crossbeam_queue::SegQueue;
 
@@ -82,6 +92,62 @@ unsafe impl Send for Batch {}
 
 static DEPOT: [SegQueue<Batch>; CLASSES] = [const { SegQueue::new() }; CLASSES];
 
+/// Depot operations running now.
+static DEPOT_INSIDE: AtomicUsize = AtomicUsize::new(0);
+/// Set by the fork handler while a fork is under way: no depot operation may start.
+static FORKING: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f` on the depot of class `c`, unless a fork is under way: then `None`, and the
+/// caller does without the depot.
+///
+/// Why no operation is inside when the process forks: an operation raises `DEPOT_INSIDE` and
+/// then reads `FORKING`; [`fork_prepare`] sets `FORKING` and then waits for `DEPOT_INSIDE` to
+/// read zero. All four accesses are `SeqCst`, so in their single total order either the raise
+/// comes before the handler's read (the handler waits for this operation to leave) or the
+/// handler's store comes before the operation's read (the operation stays out). The lowering
+/// is a release and the handler's read an acquire, so every write the operation made to the
+/// depot is in the memory the child copies.
+fn with_depot<T>(c: usize, f: impl FnOnce(&SegQueue<Batch>) -> T) -> Option<T> {
+    register_fork_handler();
+    DEPOT_INSIDE.fetch_add(1, SeqCst);
+    let result = (!FORKING.load(SeqCst)).then(|| f(&DEPOT[c]));
+    DEPOT_INSIDE.fetch_sub(1, SeqCst);
+    result
+}
+
+/// Registers [`fork_prepare`] and [`fork_done`] with `pthread_atfork`, once per process.
+fn register_fork_handler() {
+    #[cfg(all(unix, not(miri)))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: the handlers are plain functions that touch only atomics, which is
+            // allowed in a forking thread and in the child; registering has no precondition.
+            let err = unsafe {
+                libc::pthread_atfork(Some(fork_prepare), Some(fork_done), Some(fork_done))
+            };
+            // Only ENOMEM fails it, and a pool that can hang a child must not go on silently.
+            assert_eq!(err, 0, "pthread_atfork failed");
+        });
+    }
+}
+
+/// Before a fork, in the forking thread: closes the depot and waits for the operations inside
+/// it. None of them waits on this thread (it is in `fork`, not in the depot), so the wait ends.
+#[cfg(all(unix, not(miri)))]
+extern "C" fn fork_prepare() {
+    FORKING.store(true, SeqCst);
+    while DEPOT_INSIDE.load(SeqCst) != 0 {
+        std::hint::spin_loop();
+    }
+}
+
+/// After a fork, in the parent and in the child: opens the depot again.
+#[cfg(all(unix, not(miri)))]
+extern "C" fn fork_done() {
+    FORKING.store(false, SeqCst);
+}
+
 /// A thread's free lists, one per class, and the bytes of blocks it allocated less those it
 /// freed (negative on a thread that frees more): kept without atomics, and merged into
 /// `IN_USE` when the thread exits.
@@ -104,12 +170,15 @@ std::thread_local! {
 impl Drop for Local {
     /// Hands the exiting thread's free blocks to the depot, and its count to `IN_USE`.
     fn drop(&mut self) {
-        for ((head, len), depot) in self.heads.iter().zip(&self.lens).zip(&DEPOT) {
-            if let Some(head) = NonNull::new(head.replace(null_mut())) {
-                depot.push(Batch {
-                    head,
+        for (c, (head, len)) in self.heads.iter().zip(&self.lens).enumerate() {
+            if let Some(first) = NonNull::new(head.replace(null_mut())) {
+                let batch = Batch {
+                    head: first,
                     len: len.replace(0),
-                });
+                };
+                // During a fork the blocks are lost to reuse: never unsafe, and only for a
+                // thread that exits while the process forks.
+                let _ = with_depot(c, |depot| depot.push(batch));
             }
         }
         IN_USE.fetch_add(self.in_use.replace(0), Relaxed);
@@ -136,11 +205,13 @@ impl Local {
         self.heads[c].set(block.as_ptr());
         let len = self.lens[c].get() + 1;
         self.lens[c].set(len);
-        if len < 2 * BATCH {
+        if len < 2 * BATCH || FORKING.load(Relaxed) {
+            // (During a fork the surplus waits here: the list may grow past 2 * BATCH.)
             return;
         }
-        // Leave a batch in the depot: the BATCH blocks after the first BATCH, so the most
-        // recently freed (likely still cached) stay here.
+        // Leave the blocks after the first BATCH in the depot, so the most recently freed
+        // (likely still cached) stay here. They are `len - BATCH` of them: BATCH, or more
+        // when a fork held them back.
         let mut last = self.heads[c].get();
         for _ in 1..BATCH {
             // SAFETY: the list holds `len` > BATCH linked blocks.
@@ -149,13 +220,22 @@ impl Local {
         // SAFETY: as above; `last` is the BATCH-th block and has a successor.
         let rest = unsafe { std::mem::replace(&mut (*last).next, null_mut()) };
         let head = NonNull::new(rest).expect("a list of 2 * BATCH blocks");
-        self.lens[c].set(len - BATCH);
-        DEPOT[c].push(Batch { head, len: BATCH });
+        let batch = Batch {
+            head,
+            len: len - BATCH,
+        };
+        if with_depot(c, |depot| depot.push(batch)).is_some() {
+            self.lens[c].set(BATCH);
+        } else {
+            // A fork began since the check above: the rest goes back behind `last`.
+            // SAFETY: `last` is still the BATCH-th block of this thread's list.
+            unsafe { (*last).next = rest };
+        }
     }
 
     /// Takes a batch from the depot: returns its first block, keeps the rest.
     fn refill(&self, c: usize) -> Option<NonNull<Free>> {
-        let Batch { head, len } = DEPOT[c].pop()?;
+        let Batch { head, len } = with_depot(c, SegQueue::pop).flatten()?;
         // SAFETY: the batch's blocks are free and now ours; the list is empty (we only refill
         // an empty list), so the rest of the batch becomes it.
         self.heads[c].set(unsafe { head.as_ref().next });
@@ -314,10 +394,12 @@ pub(super) unsafe fn dealloc(ptr: *mut u8, layout: Layout) {
         // A node freed by a destructor at thread exit, after this thread's lists went.
         // SAFETY: the block is free and ours; it becomes a batch of one.
         unsafe { block.as_ptr().write(Free { next: null_mut() }) };
-        DEPOT[c].push(Batch {
+        let batch = Batch {
             head: block,
             len: 1,
-        });
+        };
+        // During a fork the block is lost to reuse (as in `Local::drop`).
+        let _ = with_depot(c, |depot| depot.push(batch));
         IN_USE.fetch_sub(bytes, Relaxed);
     }
 }
@@ -473,5 +555,109 @@ mod tests {
             // SAFETY: from `alloc` with this layout, on another thread, which is fine.
             unsafe { dealloc(p, l) };
         }
+    }
+
+    /// A thread's list that grew past two batches while a fork held the depot closed is split
+    /// whole when the depot opens: the thread keeps BATCH blocks, the depot gets all the rest,
+    /// and the count the thread keeps is the length of its list (a count larger than the list
+    /// would make a later split walk off its end).
+    #[test]
+    fn a_list_grown_during_a_fork_is_split_whole() {
+        let l = layout(9 * LINE);
+        let c = class(l).unwrap();
+        FORKING.store(true, SeqCst);
+        // SAFETY: not zero-sized; freed right below with the same layout.
+        let blocks: Vec<_> = (0..3 * BATCH + 5).map(|_| unsafe { alloc(l) }).collect();
+        for p in blocks {
+            // SAFETY: from `alloc` with this layout.
+            unsafe { dealloc(p, l) };
+        }
+        FORKING.store(false, SeqCst);
+        // SAFETY: as above; the free is the push that finds the depot open.
+        unsafe { dealloc(alloc(l), l) };
+        LOCAL.with(|local| {
+            let mut n = 0;
+            let mut p = local.heads[c].get();
+            while !p.is_null() {
+                n += 1;
+                // SAFETY: a block on this thread's list links to the next.
+                p = unsafe { (*p).next };
+            }
+            assert_eq!(n, local.lens[c].get(), "the count is not the list's length");
+            assert!(n < 2 * BATCH, "the surplus stayed here: {n}");
+        });
+    }
+
+    /// A fork taken while other threads push to and take from the depot: the child finds
+    /// every class of the depot whole, takes every batch in it and leaves through `_exit`.
+    /// Before the fork handler, a child forked while a thread was inside a push could find a
+    /// slot reserved but never written and wait for it forever; the parent counts a child
+    /// that has not exited within its deadline as hung.
+    #[cfg(all(unix, not(miri)))]
+    #[test]
+    fn a_child_forked_beside_depot_traffic_finds_it_whole() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::{Duration, Instant};
+
+        const FORKS: usize = 1000;
+        const DEADLINE: Duration = Duration::from_secs(3);
+        let stop = AtomicBool::new(false);
+        let hung = std::thread::scope(|s| {
+            for t in 0..2usize {
+                let stop = &stop;
+                s.spawn(move || {
+                    // Each round frees 4 batches' worth of blocks and takes them back, so
+                    // the thread pushes to and takes from the depot several times a round.
+                    let l = layout(64 * (1 + t));
+                    let mut held = Vec::with_capacity(4 * BATCH);
+                    while !stop.load(Relaxed) {
+                        // SAFETY: not zero-sized; freed below with the same layout.
+                        held.extend((0..4 * BATCH).map(|_| Held(unsafe { alloc(l) }, l)));
+                        for Held(p, l) in held.drain(..) {
+                            // SAFETY: from `alloc` with this layout.
+                            unsafe { dealloc(p, l) };
+                        }
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let mut hung = 0;
+            for _ in 0..FORKS {
+                // SAFETY: the child runs only the depot's own code and leaves through `_exit`,
+                // never returning into the test harness.
+                let pid = unsafe { libc::fork() };
+                assert!(pid >= 0, "fork failed");
+                if pid == 0 {
+                    for depot in &DEPOT {
+                        while depot.pop().is_some() {}
+                    }
+                    // SAFETY: ends the child without running anything of the parent's.
+                    unsafe { libc::_exit(0) };
+                }
+                let start = Instant::now();
+                let mut status = 0;
+                loop {
+                    // SAFETY: `pid` is our child; `status` is ours to write.
+                    let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                    if done == pid {
+                        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+                        break;
+                    }
+                    if start.elapsed() > DEADLINE {
+                        hung += 1;
+                        // SAFETY: `pid` is our child, not yet reaped.
+                        unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                            libc::waitpid(pid, &mut status, 0);
+                        }
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            stop.store(true, Relaxed);
+            hung
+        });
+        assert_eq!(hung, 0, "{hung} of {FORKS} children hung on the depot");
     }
 }
