@@ -68,6 +68,9 @@ pub enum Error {
     InvalidTopic(Invalid),
     /// A dialect name other than `amqp`, `mqtt` or `nats`.
     UnknownDialect(String),
+    /// A question whose answer would take more work than the core allows itself (see
+    /// [`crate::overlap::subsumes`]); the inputs are valid.
+    TooComplex(String),
 }
 
 impl fmt::Display for Error {
@@ -79,6 +82,7 @@ impl fmt::Display for Error {
                 f,
                 "unknown dialect {name:?}: expected \"amqp\", \"mqtt\" or \"nats\""
             ),
+            Error::TooComplex(why) => f.write_str(why),
         }
     }
 }

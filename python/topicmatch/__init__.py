@@ -20,7 +20,9 @@ from topicmatch._core import (
     SelectorIndex,
     Trie,
     __version__,
+    intersects,
     matches,
+    subsumes,
 )
 
 DIALECTS = ("amqp", "mqtt", "nats")
@@ -37,5 +39,7 @@ __all__ = [
     "SelectorIndex",
     "Trie",
     "__version__",
+    "intersects",
     "matches",
+    "subsumes",
 ]

@@ -20,7 +20,9 @@ __all__ = [
     "Trie",
     "__version__",
     "_gil_stats",
+    "intersects",
     "matches",
+    "subsumes",
 ]
 
 class InvalidPattern(ValueError):
@@ -30,6 +32,14 @@ class InvalidTopic(ValueError):
     """A message topic that its dialect rejects."""
 
 def matches(pattern: _Text, topic: _Text, dialect: _Dialect = "amqp") -> bool: ...
+def intersects(a: _Text, b: _Text, dialect: _Dialect = "amqp") -> bool:
+    """Whether some topic matches both patterns (NATS: the subjects collide)."""
+
+def subsumes(a: _Text, b: _Text, dialect: _Dialect = "amqp") -> bool:
+    """Whether every topic that `b` matches, `a` matches too. Raises ValueError when deciding
+    it would take more than about a million steps (only AMQP patterns with `#` before other
+    wildcards can ask for that)."""
+
 def _gil_stats() -> dict[str, int]:
     """The GIL rule's counters: decisions `released` and `kept`, and the expected wait to take
     the GIL back, `wait_ns` (for the benchmarks)."""

@@ -24,7 +24,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
     match &err {
         Error::InvalidPattern(_) => InvalidPattern::new_err(err.to_string()),
         Error::InvalidTopic(_) => InvalidTopic::new_err(err.to_string()),
-        Error::UnknownDialect(_) => PyValueError::new_err(err.to_string()),
+        Error::UnknownDialect(_) | Error::TooComplex(_) => PyValueError::new_err(err.to_string()),
     }
 }
 

@@ -26,6 +26,43 @@ fn matches(pattern: &Bound<'_, PyAny>, topic: &Bound<'_, PyAny>, dialect: &str) 
     crate::reference::matches(dialect, pattern, topic).map_err(errors::to_py)
 }
 
+/// Parses `a` and `b` as patterns of `dialect`, for the two relations between patterns.
+fn two_patterns(
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    dialect: &str,
+) -> PyResult<(crate::Pattern, crate::Pattern)> {
+    let dialect = parse_dialect(dialect)?;
+    let parse = |p| {
+        let text = utf8(p, Kind::Pattern)?;
+        dialect.parse_pattern(text).map_err(errors::to_py)
+    };
+    Ok((parse(a)?, parse(b)?))
+}
+
+/// Whether some topic matches both patterns.
+#[pyfunction]
+#[pyo3(signature = (a, b, dialect = "amqp"))]
+fn intersects(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, dialect: &str) -> PyResult<bool> {
+    let (a, b) = two_patterns(a, b, dialect)?;
+    Ok(crate::overlap::intersects(&a, &b))
+}
+
+/// Whether every topic that `b` matches, `a` matches too. Usually microseconds, but AMQP
+/// patterns with `#` before other wildcards can take up to a second or two before the core
+/// gives up: the GIL goes by the write rule (released when other threads use the module).
+#[pyfunction]
+#[pyo3(signature = (a, b, dialect = "amqp"))]
+fn subsumes(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    dialect: &str,
+) -> PyResult<bool> {
+    let (a, b) = two_patterns(a, b, dialect)?;
+    gil::write(py, || crate::overlap::subsumes(&a, &b)).map_err(errors::to_py)
+}
+
 #[pymodule(gil_used = false)]
 mod _core {
     #[pymodule_export]
@@ -37,9 +74,9 @@ mod _core {
     #[pymodule_export]
     use super::matchers::{CSTriePy, InvertedBitmapPy, LevelBitmapPy, NaiveMatcherPy, TriePy};
     #[pymodule_export]
-    use super::matches;
-    #[pymodule_export]
     use super::selector::SelectorIndexPy;
+    #[pymodule_export]
+    use super::{intersects, matches, subsumes};
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
