@@ -118,5 +118,6 @@ def test_both_equal_brute_force(case):
     dialect, a, b = case
     ma = [reference.matches(dialect, a, t) for t in TOPICS[dialect]]
     mb = [reference.matches(dialect, b, t) for t in TOPICS[dialect]]
-    assert tm.intersects(a, b, dialect=dialect) is any(x and y for x, y in zip(ma, mb))
-    assert tm.subsumes(a, b, dialect=dialect) is all(x or not y for x, y in zip(ma, mb))
+    pairs = list(zip(ma, mb, strict=True))
+    assert tm.intersects(a, b, dialect=dialect) is any(x and y for x, y in pairs)
+    assert tm.subsumes(a, b, dialect=dialect) is all(x or not y for x, y in pairs)
