@@ -1,6 +1,7 @@
 """`topicmatch.intersects` and `topicmatch.subsumes`: the NATS server's own tables for subset
 matches and colliding subjects, and both functions against brute force over every short topic
-(with reference.py, the independent statement of the semantics) in every dialect."""
+(of up to five words, with reference.py, the independent statement of the semantics) in
+every dialect."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def test_a_hostile_amqp_pair_is_refused_with_a_value_error():
 TOPIC_WORDS = ["a", "b", "$s", "z"]
 
 
-def all_topics(dialect: str, max_words: int = 6) -> list[str]:
+def all_topics(dialect: str, max_words: int = 5) -> list[str]:
     sep = reference.SEP[dialect]
     out = [""]
     for n in range(1, max_words + 1):
@@ -102,17 +103,21 @@ def pattern_pairs(draw):
     dialect = draw(st.sampled_from(tm.DIALECTS))
 
     def one():
-        choices = ["a", "b", "$s", reference.ONE[dialect], reference.MANY[dialect]]
-        while True:
-            ws = draw(st.lists(st.sampled_from(choices), max_size=3))
-            text = reference.SEP[dialect].join(ws)
-            if reference.valid_pattern(dialect, text):
-                return text
+        # Valid by construction: only AMQP takes its multi-word wildcard before the end.
+        choices = ["a", "b", "$s", reference.ONE[dialect]]
+        if dialect == "amqp":
+            choices.append(reference.MANY[dialect])
+        ws = draw(st.lists(st.sampled_from(choices), max_size=3))
+        if dialect != "amqp" and len(ws) < 3 and draw(st.booleans()):
+            ws.append(reference.MANY[dialect])
+        if dialect != "amqp" and not ws:
+            ws = [reference.MANY[dialect]]
+        return reference.SEP[dialect].join(ws)
 
     return dialect, one(), one()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(pattern_pairs())
 def test_both_equal_brute_force(case):
     dialect, a, b = case
