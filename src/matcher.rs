@@ -33,6 +33,37 @@ pub trait Matcher: Send + Sync {
     /// Removes every pair of `id`; returns how many there were.
     fn remove_subscriber(&self, id: SubscriberId) -> usize;
 
+    /// Whether any pattern matches `topic`: what the NATS server asks (`HasInterest`) before
+    /// it does any work for a message. Matchers that can stop at the first match override it.
+    fn has_interest(&self, topic: &Topic<'_>) -> bool {
+        let mut out = Vec::new();
+        self.lookup_into(topic, &mut out);
+        !out.is_empty()
+    }
+
+    /// [`Matcher::has_interest`] of a topic given as text; an invalid topic is an error. The
+    /// default asks [`Matcher::lookup_str_into`], so a result cache answers it when it can.
+    fn has_interest_str(&self, topic: &str) -> Result<bool> {
+        let mut out = Vec::new();
+        self.lookup_str_into(topic, &mut out)?;
+        Ok(!out.is_empty())
+    }
+
+    /// The pairs whose patterns share at least one topic with `pattern` (the NATS server's
+    /// `ReverseMatch`): which subscriptions a new pattern overlaps. The default tests every
+    /// pair with [`crate::overlap::intersects`]: time linear in the pairs.
+    fn reverse_match(&self, pattern: &Pattern) -> Vec<(String, SubscriberId)> {
+        let d = self.dialect();
+        assert_eq!(pattern.dialect(), d, "pattern of another dialect");
+        self.subscriptions()
+            .into_iter()
+            .filter(|(text, _)| {
+                let stored = d.parse_pattern(text).expect("a stored pattern is valid");
+                crate::overlap::intersects(&stored, pattern)
+            })
+            .collect()
+    }
+
     /// The number of `(pattern, subscriber)` pairs.
     fn len(&self) -> usize;
 
@@ -116,6 +147,18 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
         (**self).remove_subscriber(id)
+    }
+
+    fn has_interest(&self, topic: &Topic<'_>) -> bool {
+        (**self).has_interest(topic)
+    }
+
+    fn has_interest_str(&self, topic: &str) -> Result<bool> {
+        (**self).has_interest_str(topic)
+    }
+
+    fn reverse_match(&self, pattern: &Pattern) -> Vec<(String, SubscriberId)> {
+        (**self).reverse_match(pattern)
     }
 
     fn len(&self) -> usize {

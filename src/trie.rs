@@ -332,6 +332,13 @@ impl Inner {
 
     /// Appends the subscribers of every pattern matching `topic`, possibly more than once.
     fn collect(&self, dialect: Dialect, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
+        for &id in &self.walk(dialect, topic) {
+            out.extend(&self.nodes[id as usize].subscribers);
+        }
+    }
+
+    /// The nodes of the patterns that match `topic` (with or without subscribers), each once.
+    fn walk(&self, dialect: Dialect, topic: &Topic<'_>) -> Nodes {
         let zero_or_more = dialect.many_min() == 0;
         // Inline up to 16 live nodes: a lookup allocates nothing but its answer.
         let mut live: Nodes = Nodes::new();
@@ -368,12 +375,10 @@ impl Inner {
             next.dedup();
             std::mem::swap(&mut live, &mut next);
             if live.is_empty() {
-                return;
+                break;
             }
         }
-        for &id in &live {
-            out.extend(&self.nodes[id as usize].subscribers);
-        }
+        live
     }
 
     /// Adds `node` to the live set, and the chain of wildcards below it when `#` may match
@@ -437,6 +442,21 @@ impl Matcher for Trie {
         if shared {
             dedup_from(out, start);
         }
+    }
+
+    /// Walks as a lookup does, and stops at the first node of the walk's end that has a
+    /// subscriber: no answer is gathered or deduplicated.
+    fn has_interest(&self, topic: &Topic<'_>) -> bool {
+        assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
+        let inner = self.read();
+        inner
+            .walk(self.dialect, topic)
+            .iter()
+            .any(|&id| !inner.nodes[id as usize].subscribers.is_empty())
+    }
+
+    fn has_interest_str(&self, topic: &str) -> Result<bool> {
+        Ok(self.has_interest(&self.dialect.parse_topic(topic)?))
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {

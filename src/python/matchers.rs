@@ -187,6 +187,17 @@ macro_rules! topic_matcher_class {
                 self.inner.count_many(topics)
             }
 
+            /// Whether any pattern matches `topic` (NATS: HasInterest).
+            fn has_interest(&self, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
+                self.inner.has_interest(topic)
+            }
+
+            /// The (pattern, subscriber) pairs whose patterns share at least one topic with
+            /// `pattern` (NATS: ReverseMatch).
+            fn reverse_match<'py>(&self, pattern: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+                self.inner.reverse_match(pattern)
+            }
+
             /// Every (pattern, subscriber) pair.
             fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
                 self.inner.subscriptions(py)

@@ -358,12 +358,53 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
         let pairs = gil::detach(py, || core.subscriptions());
+        let list = self.pairs(py, &pairs);
+        drop(guard);
+        list
+    }
+
+    /// Whether any pattern matches `topic`, with the GIL held or not as for one lookup.
+    pub(crate) fn has_interest(&self, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let text = utf8(topic, Kind::Topic)?;
+        let core = &self.core;
+        gil::run_estimated(topic.py(), self.lookup_estimate(), || {
+            core.has_interest_str(text)
+        })
+        .map_err(to_py)
+    }
+
+    /// The (pattern, subscriber) pairs whose patterns share a topic with `pattern`; a scan of
+    /// every pair, with the GIL released.
+    pub(crate) fn reverse_match<'py>(
+        &self,
+        pattern: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = pattern.py();
+        let parsed = self
+            .core
+            .dialect()
+            .parse_pattern(utf8(pattern, Kind::Pattern)?)
+            .map_err(to_py)?;
+        let guard = crossbeam_epoch::pin();
+        let core = &self.core;
+        let pairs = gil::detach(py, || core.reverse_match(&parsed));
+        let list = self.pairs(py, &pairs);
+        drop(guard);
+        list
+    }
+
+    /// `(pattern, subscriber)` tuples of core pairs (the caller holds an epoch guard, so that
+    /// no id is released and reused meanwhile).
+    fn pairs<'py>(
+        &self,
+        py: Python<'py>,
+        pairs: &[(String, SubscriberId)],
+    ) -> PyResult<Bound<'py, PyList>> {
         let tuples = pairs
             .iter()
             .filter_map(|(p, id)| Some((p, self.registry.object(py, *id)?)))
             .map(|(p, o)| PyTuple::new(py, [p.into_pyobject(py)?.into_any(), o]))
             .collect::<PyResult<Vec<_>>>()?;
-        drop(guard);
         PyList::new(py, tuples)
     }
 

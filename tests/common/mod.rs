@@ -126,7 +126,17 @@ pub fn agree_with_oracle(m: &dyn Matcher, ops: &[Op]) -> Result<usize, TestCaseE
                     unique.dedup();
                     prop_assert_eq!(&unique, ids, "duplicates in lookup of {:?}", t);
                 }
+                let interest = want.clone().map(|ids| !ids.is_empty());
                 prop_assert_eq!(got, want, "lookup {:?} ({})", t, d);
+                prop_assert_eq!(
+                    m.has_interest_str(t),
+                    interest.clone(),
+                    "has_interest {:?}",
+                    t
+                );
+                if let Ok(topic) = d.parse_topic(t) {
+                    prop_assert_eq!(Ok(m.has_interest(&topic)), interest.clone());
+                }
                 lookups += 1;
             }
         }

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import topicmatch as tm
 
 import reference
+from conftest import TOPIC_MATCHERS
 
 # nats-server, server/sublist_test.go and the subject package: TestSubjectIsSubsetMatch.
 # SubjectIsSubsetMatch(subject, test): every subject that `subject` matches, `test` matches,
@@ -126,3 +127,60 @@ def test_both_equal_brute_force(case):
     pairs = list(zip(ma, mb, strict=True))
     assert tm.intersects(a, b, dialect=dialect) is any(x and y for x, y in pairs)
     assert tm.subsumes(a, b, dialect=dialect) is all(x or not y for x, y in pairs)
+
+
+@st.composite
+def tables(draw):
+    """A dialect, up to eight (pattern, subscriber) pairs of it, a topic and a pattern."""
+    dialect = draw(st.sampled_from(tm.DIALECTS))
+
+    def one():
+        choices = ["a", "b", "$s", reference.ONE[dialect]]
+        if dialect == "amqp":
+            choices.append(reference.MANY[dialect])
+        ws = draw(st.lists(st.sampled_from(choices), max_size=3))
+        if dialect != "amqp" and len(ws) < 3 and draw(st.booleans()):
+            ws.append(reference.MANY[dialect])
+        if dialect != "amqp" and not ws:
+            ws = [reference.MANY[dialect]]
+        return reference.SEP[dialect].join(ws)
+
+    pairs = [(one(), draw(st.integers(0, 3))) for _ in range(draw(st.integers(0, 8)))]
+    return dialect, pairs, draw(st.sampled_from(TOPICS[dialect][:200])), one()
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables())
+def test_has_interest_and_reverse_match_in_every_matcher(case):
+    dialect, pairs, topic, pattern = case
+    want_interest = any(reference.matches(dialect, p, topic) for p, _ in pairs)
+    overlapping = {
+        (p, s)
+        for p, s in pairs
+        if any(
+            reference.matches(dialect, p, t) and reference.matches(dialect, pattern, t)
+            for t in TOPICS[dialect]
+        )
+    }
+    for cls in TOPIC_MATCHERS:
+        for m in (cls(dialect, pairs), cls(dialect, pairs, **_bare(cls))):
+            assert m.has_interest(topic) is want_interest, (cls.__name__, topic)
+            assert m.has_interest(topic) is bool(m.lookup(topic))
+            got = m.reverse_match(pattern)
+            assert len(got) == len(set(got))
+            assert set(got) == overlapping, (cls.__name__, pattern)
+
+
+def _bare(cls) -> dict:
+    """The keyword that turns a matcher's cache off, where it has one."""
+    return {"cache_size": 0} if cls in (tm.Trie, tm.CSTrie) else {}
+
+
+def test_has_interest_and_reverse_match_reject_invalid_input(matcher_cls):
+    m = matcher_cls("mqtt", [("a/+", 1)])
+    with pytest.raises(tm.InvalidTopic):
+        m.has_interest("a/+")
+    with pytest.raises(tm.InvalidPattern):
+        m.reverse_match("a/#/b")
+    assert m.reverse_match("+/x") == [("a/+", 1)]
+    assert m.reverse_match("$SYS/x") == []
