@@ -122,7 +122,7 @@ test-dist-sdist: wheel
 	SDIST_CARGO_TARGET=$(SDIST_TARGET) tests/dist/check_install.sh sdist $(SDIST)
 
 test-dist-spark: wheel build java
-	$(BIN)/python tests/dist/check_readme.py
+	$(BIN)/python tests/dist/check_readme.py --wheel $(WHEEL)
 	PATH="$(BIN):$$PATH" SPARK_HOME="$(SPARK_HOME_OF_VENV)" \
 		tests/dist/spark_cluster.sh archive $(WHEEL) '$(SPARK_ARCHIVE_MASTER)'
 	PATH="$(BIN):$$PATH" SPARK_HOME="$(SPARK_HOME_OF_VENV)" \

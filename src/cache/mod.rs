@@ -101,10 +101,10 @@ pub const OFF_BELOW_PERCENT: u32 = 25;
 /// than [`OFF_BELOW_PERCENT`] so that a workload near the line does not flip every window.
 pub const ON_FROM_PERCENT: u32 = 50;
 
-/// A stored miss costs up to this many times what a hit saves (BENCHMARKS.md, "The result
-/// cache": about 180 ns to build, publish and later retire an entry, against 113 ns saved by a
-/// hit on a `Trie` of 1,000 patterns), so a window pays only with this many hits per store
-/// charged (over a stale entry, or evicting while the workload outgrows the table).
+/// A stored miss costs up to this many times what a hit saves (docs/result-cache.md, "Bounds
+/// and admission": about 180 ns to build, publish and later retire an entry, against 113 ns
+/// saved by a hit on a `Trie` of 1,000 patterns), so a window pays only with this many hits per
+/// store charged (over a stale entry, or evicting while the workload outgrows the table).
 pub const STORE_COST: u32 = 2;
 
 /// While the cache is off, one lookup in this many still probes and stores.

@@ -145,10 +145,10 @@ fn prefetch_slots<K: HashKey, V>(slots: &[Slot<K, V>]) {
 ///
 /// foldhash's quality variant rather than std's SipHash: a lookup hashes every topic word,
 /// and on the seed workload's 19-byte words this made the CSTrie's lookups 12 % faster
-/// (BENCHMARKS.md, "Readers beside a writer"). It is keyed per process but not built to
-/// withstand an attacker who learns the key; what such an attacker gains here is bounded: a
-/// word map files words by 64-bit hash across at most 13 levels, and only words whose whole
-/// hashes collide share a collision node, scanned linearly in that one level.
+/// (docs/cstrie.md, "What a lookup does, and what is left of it"). It is keyed per process but
+/// not built to withstand an attacker who learns the key; what such an attacker gains here is
+/// bounded: a word map files words by 64-bit hash across at most 13 levels, and only words
+/// whose whole hashes collide share a collision node, scanned linearly in that one level.
 fn words_hasher() -> &'static foldhash::quality::RandomState {
     static STATE: OnceLock<foldhash::quality::RandomState> = OnceLock::new();
     STATE.get_or_init(foldhash::quality::RandomState::default)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two ways to get the topicmatch wheel to Spark executors, as the README shows them: this
 # script is what `make test-dist` runs, and the README quotes the blocks between the
-# `>>> README` and `<<< README` markers verbatim (tests/dist/check_readme.sh checks it).
+# `>>> README` and `<<< README` markers verbatim (tests/dist/check_readme.py checks it).
 #
 #   tests/dist/spark_cluster.sh archive WHEEL [MASTER]   # packed venv shipped with --archives
 #   tests/dist/spark_cluster.sh nodes WHEEL [MASTER]     # wheel pip-installed on every node
@@ -10,10 +10,10 @@
 # this machine. Under local[N] the executors live in the driver's JVM and run in its folder,
 # while Spark unpacks --archives into its SparkFiles folder, so ./environment/bin/python does
 # not resolve there; a local-cluster executor, like a YARN, Kubernetes or standalone one, runs
-# in its own working folder with the archive unpacked into it. spark-submit and venv-pack come from PATH and SPARK_HOME must be
-# set (the Makefile puts .venv/bin first and points SPARK_HOME at the pip-installed pyspark,
-# whose spark-submit would otherwise look for pyspark in the driver's Python). Runs in a
-# temporary folder, which it removes.
+# in its own working folder with the archive unpacked into it. spark-submit and venv-pack come
+# from PATH and SPARK_HOME must be set (the Makefile puts .venv/bin first and points SPARK_HOME
+# at the pip-installed pyspark, whose spark-submit would otherwise look for pyspark in the
+# driver's Python). Runs in a temporary folder, which it removes.
 set -euo pipefail
 
 way=${1:?archive or nodes}

@@ -42,8 +42,8 @@ WINDOW = 3
 #: never given back raises every later reading, so a leak raises the level with the rounds:
 #: the lowest readings of the two windows are 30 to 50 rounds (15,000 to 25,000 pairs) apart
 #: in the default 50 rounds, where a leak of 150 bytes a pair fails the test, and 1,200 to
-#: 2,000 rounds apart in `make soak`'s 2,000, where one of 4 bytes a pair does. README.md,
-#: "Reliability", gives the long run's figures.
+#: 2,000 rounds apart in `make soak`'s 2,000, where one of 4 bytes a pair does.
+#: docs/reliability.md, "Soak, Python", gives the long run's figures.
 TOLERANCE = 2 * 1024 * 1024
 
 try:

@@ -9,8 +9,8 @@
 //!
 //! The set stays 16 bytes, as the map it replaces did (a compile-time check below): a word, its
 //! subscribers and its next level still take one 64-byte chunk of the allocator. A larger
-//! chunk was measured to slow a wide level down (BENCHMARKS.md, "A wide level is bound by the
-//! TLB").
+//! chunk was measured to slow a wide level down (docs/word-maps-and-pool.md, "Tried for the
+//! wide level and not kept").
 //!
 //! Invariant: `Many` holds two ids or more; a set of one id is always `Small`, so the shape
 //! depends only on the ids.
