@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use topicmatch::selector::template;
 use topicmatch::{Error, Selector, SelectorIndex, SelectorKind};
 
 fn admits(selector: &str, topic: &str) -> bool {
@@ -413,8 +414,15 @@ fn regex_selectors_match_whole_topics() {
     }
 }
 
+/// Why `selector` is rejected (a `re:` one) or is not a template (any other: it is then an
+/// exact selector, Mercure's rule).
 fn reason_of(selector: &str) -> String {
-    match Selector::parse(selector) {
+    let checked = if selector.starts_with("re:") {
+        Selector::parse(selector).map(drop)
+    } else {
+        template::check(selector)
+    };
+    match checked {
         Err(Error::InvalidPattern(i)) => i.reason,
         other => panic!("{selector:?} should be an invalid pattern, got {other:?}"),
     }
@@ -472,7 +480,21 @@ fn invalid_selectors_are_rejected_with_a_reason() {
         ("https://example.com/{id}}", "`}` outside an expression", 24),
     ];
     for &(selector, reason, position) in cases {
-        match Selector::parse(selector) {
+        // A selector holding `{` that is no template is an exact selector (Mercure's rule);
+        // `template::check` says why it is not a template.
+        let checked = if selector.starts_with("re:") || selector.is_empty() {
+            Selector::parse(selector).map(drop)
+        } else {
+            let exact = Selector::parse(selector).expect("a non-template is an exact selector");
+            assert_eq!(exact.kind(), SelectorKind::Exact, "{selector:?}");
+            assert!(exact.admits(selector), "{selector:?} admits its own text");
+            assert!(
+                !exact.admits("https://example.com/1"),
+                "{selector:?} admits only itself"
+            );
+            template::check(selector)
+        };
+        match checked {
             Err(Error::InvalidPattern(i)) => {
                 assert!(
                     i.reason.contains(reason),
@@ -542,13 +564,17 @@ fn subscribe_and_unsubscribe_report_changes_and_errors() {
     assert!(idx.subscribe("a/{x}", 2).unwrap());
     assert_eq!(idx.selector_count(), 1, "one compiled selector for both");
     assert!(matches!(
-        idx.subscribe("a/{x", 1),
+        idx.subscribe("re:(", 1),
         Err(Error::InvalidPattern(_))
     ));
     assert!(matches!(
-        idx.unsubscribe("a/{x", 1),
+        idx.unsubscribe("re:(", 1),
         Err(Error::InvalidPattern(_))
     ));
+    // Not a template, so an exact selector: it admits its own text.
+    assert!(idx.subscribe("a/{x", 1).unwrap());
+    assert_eq!(idx.lookup(&["a/{x"]), vec![1]);
+    assert!(idx.unsubscribe("a/{x", 1).unwrap());
     assert!(!idx.unsubscribe("a/{y}", 1).unwrap());
     assert!(!idx.unsubscribe("a/{x}", 3).unwrap());
     assert!(idx.unsubscribe("a/{x}", 1).unwrap());

@@ -550,7 +550,7 @@ KNOWN = {
     "re:https://e\\.com/(b|u)/[02]": r"https://e\.com/(b|u)/[02]",
     "re:": None,  # invalid: empty regex
     "re:(": None,
-    "https://e.com/{id": None,
+    "https://e.com/{id": "exact",  # no template: Mercure compares it as a string
     "": None,
 }
 TOPIC_WORDS = ["https://e.com/b/1", "https://e.com/u/2", "https://e.com/b/0", "https://e.com/u/1"]

@@ -14,15 +14,15 @@
 //! |---|---|
 //! | `*` | every topic |
 //! | `re:<pattern>` | topics that `pattern` (the `regex` crate's syntax) matches *in full*: the pattern is anchored at both ends, like every other selector; write `re:.*part.*` to search |
-//! | a string with `{` | an RFC 6570 URI template: its expansions (see `template.rs`), and the template's own text |
-//! | any other string | that exact topic |
+//! | a string with `{` that parses as an RFC 6570 URI template | its expansions (see `template.rs`), and the template's own text |
+//! | any other string (a `{` that is no template included) | that exact topic |
 //!
 //! The `{` rule is Mercure's (`topic_selector.go` tries a selector as a template only if it
 //! holds `{`). Mercure compares a selector with the topic for equality before anything else, so
-//! a template admits its own text too; so does this module. Where Mercure falls back to plain
-//! string comparison for a template it cannot parse, this module rejects the selector with
-//! [`Error::InvalidPattern`] and the reason, as it does an invalid `re:` pattern and the empty
-//! selector.
+//! a template admits its own text too, and a selector that does not parse as a template admits
+//! its own text and nothing else; so does this module ([`template::check`] says why such a
+//! selector is not a template). An invalid `re:` pattern (not Mercure's) and the empty selector
+//! are rejected with [`Error::InvalidPattern`] and the reason.
 //!
 //! # Complexity
 //!
@@ -113,7 +113,11 @@ impl Selector {
         } else if text.contains('{') {
             let head = text.find('{').unwrap_or(0);
             let tail = text.len() - text.rfind('}').map_or(text.len(), |i| i + 1);
-            Compiled::Template(template::compile(text)?, head, tail)
+            // Mercure's rule: what is not a template is compared as a string.
+            match template::compile(text) {
+                Ok(re) => Compiled::Template(re, head, tail),
+                Err(_) => Compiled::Exact,
+            }
         } else {
             Compiled::Exact
         };

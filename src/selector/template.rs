@@ -499,6 +499,14 @@ pub(crate) fn build_regex(source: &str) -> std::result::Result<Regex, regex::Err
         .build()
 }
 
+/// Checks `text` as a URI template: `Ok` if it parses and compiles, else
+/// [`crate::Error::InvalidPattern`] with the reason and the byte at fault. A selector that
+/// fails it is still a selector (one that admits only its own text, as in Mercure); this tells
+/// a hub, or a user, why it is not a template.
+pub fn check(text: &str) -> Result<()> {
+    compile(text).map(drop)
+}
+
 /// Parses `text` as a URI template and compiles it into an anchored regular expression.
 pub(crate) fn compile(text: &str) -> Result<Regex> {
     let parts = parse(text)?;
