@@ -33,6 +33,7 @@ pub mod naive;
 pub mod overlap;
 pub mod reference;
 pub mod selector;
+pub mod store;
 pub mod trie;
 
 mod sync;
@@ -50,4 +51,5 @@ pub use naive::NaiveMatcher;
 pub use overlap::{intersects, subsumes};
 pub use reference::matches;
 pub use selector::{Selector, SelectorIndex, SelectorKind};
+pub use store::TopicStore;
 pub use trie::Trie;
