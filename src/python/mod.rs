@@ -10,6 +10,7 @@ mod registry;
 mod selector;
 mod text;
 mod topic_index;
+mod topic_store;
 
 use pyo3::prelude::*;
 
@@ -75,6 +76,8 @@ mod _core {
     use super::matchers::{CSTriePy, InvertedBitmapPy, LevelBitmapPy, NaiveMatcherPy, TriePy};
     #[pymodule_export]
     use super::selector::SelectorIndexPy;
+    #[pymodule_export]
+    use super::topic_store::TopicStorePy;
     #[pymodule_export]
     use super::{intersects, matches, subsumes};
 
