@@ -853,6 +853,23 @@ impl<M: Matcher> Matcher for Cached<M> {
         Ok(())
     }
 
+    /// A cached answer says it at once; without one the matcher behind answers, and may stop
+    /// early (the `Trie` does). Nothing is stored: whether anyone wants a topic is not worth
+    /// an entry of its own, and the matcher behind is always current.
+    fn has_interest_str(&self, topic: &str) -> Result<bool> {
+        if let Some(c) = &self.cache {
+            let mut out = Vec::new();
+            if c.hit(topic, &mut out) {
+                return Ok(!out.is_empty());
+            }
+        }
+        self.inner.has_interest_str(topic)
+    }
+
+    fn has_interest(&self, topic: &Topic<'_>) -> bool {
+        self.inner.has_interest(topic)
+    }
+
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
         // Any pattern may lose the id: every topic's results may change.
         self.write(shards::EVERY_TOPIC, |m| m.remove_subscriber(id))
