@@ -9,7 +9,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use super::gil;
 use super::registry::Registry;
-use super::topic_index::{check_pickle_format, PICKLE_FORMAT};
+use super::topic_index::{check_pickle_format, reduce_by_content};
 use crate::bitmap::{Criterion, HeadersMatcher, MatchMode};
 
 /// Content-based routing on headers (OpenAMQ, the AMQP headers exchange).
@@ -187,14 +187,7 @@ impl HeadersMatcherPy {
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
         let args = PyTuple::new(py, [slf.get().subscriptions(py)?])?;
-        PyTuple::new(
-            py,
-            [
-                slf.get_type().into_any(),
-                args.into_any(),
-                PICKLE_FORMAT.into_pyobject(py)?.into_any(),
-            ],
-        )
+        reduce_by_content(slf.as_any(), args.into_any())
     }
 
     fn __setstate__(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {

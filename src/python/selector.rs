@@ -14,7 +14,7 @@ use super::errors::to_py;
 use super::gil;
 use super::registry::Registry;
 use super::text::{utf8, Kind};
-use super::topic_index::{check_pickle_format, PICKLE_FORMAT};
+use super::topic_index::{check_pickle_format, reduce_by_content};
 use crate::selector::{Selector, SelectorIndex, DEFAULT_CACHE_SIZE};
 
 // The Python signature spells the default out, so that it shows in `help()` and the stubs.
@@ -164,14 +164,7 @@ impl SelectorIndexPy {
         let py = slf.py();
         let me = slf.get();
         let args = (me.core.cache_stats().capacity, me.subscriptions(py)?);
-        PyTuple::new(
-            py,
-            [
-                slf.get_type().into_any(),
-                args.into_pyobject(py)?.into_any(),
-                PICKLE_FORMAT.into_pyobject(py)?.into_any(),
-            ],
-        )
+        reduce_by_content(slf.as_any(), args.into_pyobject(py)?.into_any())
     }
 
     fn __setstate__(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {

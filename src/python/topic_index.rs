@@ -70,6 +70,24 @@ pub(crate) struct TopicIndex<M> {
     pub(crate) scan_lookup: bool,
 }
 
+/// What `__reduce__` returns for a class pickled by content: `(type(slf), args,
+/// PICKLE_FORMAT)`, where `args` are its constructor's arguments and the format is what its
+/// `__setstate__` checks ([`check_pickle_format`]).
+pub(crate) fn reduce_by_content<'py>(
+    slf: &Bound<'py, PyAny>,
+    args: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let py = slf.py();
+    PyTuple::new(
+        py,
+        [
+            slf.get_type().into_any(),
+            args,
+            PICKLE_FORMAT.into_pyobject(py)?.into_any(),
+        ],
+    )
+}
+
 pub(crate) fn parse_dialect(name: &str) -> PyResult<Dialect> {
     name.parse().map_err(to_py)
 }
@@ -435,13 +453,6 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             self.subscriptions(py)?.into_any(),
         ];
         args.extend(extra.iter().cloned());
-        PyTuple::new(
-            py,
-            [
-                slf.get_type().into_any(),
-                PyTuple::new(py, args)?.into_any(),
-                PICKLE_FORMAT.into_pyobject(py)?.into_any(),
-            ],
-        )
+        reduce_by_content(slf, PyTuple::new(py, args)?.into_any())
     }
 }

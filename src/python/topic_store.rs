@@ -14,7 +14,7 @@ use pyo3::types::{PyList, PyTuple};
 use super::errors::to_py;
 use super::gil;
 use super::text::{utf8, Kind};
-use super::topic_index::{check_pickle_format, parse_dialect, PICKLE_FORMAT};
+use super::topic_index::{check_pickle_format, parse_dialect, reduce_by_content};
 use crate::store::TopicStore;
 
 /// Topics from which `match` and `items` release the GIL.
@@ -180,14 +180,7 @@ impl TopicStorePy {
         let py = slf.py();
         let me = slf.get();
         let args = (me.core.dialect().name(), me.items(py)?);
-        PyTuple::new(
-            py,
-            [
-                slf.get_type().into_any(),
-                args.into_pyobject(py)?.into_any(),
-                PICKLE_FORMAT.into_pyobject(py)?.into_any(),
-            ],
-        )
+        reduce_by_content(slf.as_any(), args.into_pyobject(py)?.into_any())
     }
 
     fn __setstate__(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {

@@ -100,22 +100,24 @@ TOPICS = {d: all_topics(d) for d in tm.DIALECTS}
 
 
 @st.composite
+def short_patterns(draw, dialect):
+    """Patterns of up to three words, valid by construction: only AMQP takes its multi-word
+    wildcard before the end."""
+    choices = ["a", "b", "$s", reference.ONE[dialect]]
+    if dialect == "amqp":
+        choices.append(reference.MANY[dialect])
+    ws = draw(st.lists(st.sampled_from(choices), max_size=3))
+    if dialect != "amqp" and len(ws) < 3 and draw(st.booleans()):
+        ws.append(reference.MANY[dialect])
+    if dialect != "amqp" and not ws:
+        ws = [reference.MANY[dialect]]
+    return reference.SEP[dialect].join(ws)
+
+
+@st.composite
 def pattern_pairs(draw):
     dialect = draw(st.sampled_from(tm.DIALECTS))
-
-    def one():
-        # Valid by construction: only AMQP takes its multi-word wildcard before the end.
-        choices = ["a", "b", "$s", reference.ONE[dialect]]
-        if dialect == "amqp":
-            choices.append(reference.MANY[dialect])
-        ws = draw(st.lists(st.sampled_from(choices), max_size=3))
-        if dialect != "amqp" and len(ws) < 3 and draw(st.booleans()):
-            ws.append(reference.MANY[dialect])
-        if dialect != "amqp" and not ws:
-            ws = [reference.MANY[dialect]]
-        return reference.SEP[dialect].join(ws)
-
-    return dialect, one(), one()
+    return dialect, draw(short_patterns(dialect)), draw(short_patterns(dialect))
 
 
 @settings(max_examples=200, deadline=None)
@@ -135,15 +137,7 @@ def tables(draw):
     dialect = draw(st.sampled_from(tm.DIALECTS))
 
     def one():
-        choices = ["a", "b", "$s", reference.ONE[dialect]]
-        if dialect == "amqp":
-            choices.append(reference.MANY[dialect])
-        ws = draw(st.lists(st.sampled_from(choices), max_size=3))
-        if dialect != "amqp" and len(ws) < 3 and draw(st.booleans()):
-            ws.append(reference.MANY[dialect])
-        if dialect != "amqp" and not ws:
-            ws = [reference.MANY[dialect]]
-        return reference.SEP[dialect].join(ws)
+        return draw(short_patterns(dialect))
 
     pairs = [(one(), draw(st.integers(0, 3))) for _ in range(draw(st.integers(0, 8)))]
     return dialect, pairs, draw(st.sampled_from(TOPICS[dialect][:200])), one()
