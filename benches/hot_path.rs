@@ -5,6 +5,8 @@
 //! - a bare hot lookup (`Trie`, `CSTrie`, `lookup_str`);
 //! - subscribing a pair that is already there (`subscribe_str`, and `subscribe` of a pattern
 //!   parsed beforehand),
+//! - `has_interest_str` beside `lookup_str`, here and on a topic of 10,000 subscribers (where
+//!   a lookup gathers them all and `has_interest` need not),
 //!
 //! on the seed's hot matcher: 1,000 random 5-word patterns plus `foo.*.baz.qux.quux`, looked up
 //! with `foo.bar.baz.qux.quux`. `cargo bench --bench hot_path -- --quick`.
@@ -66,11 +68,35 @@ fn hot_path(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("lookup_str", name), |b| {
             b.iter(|| m.lookup_str(black_box(&topic)).unwrap())
         });
+        g.bench_function(BenchmarkId::new("has_interest_str", name), |b| {
+            b.iter(|| m.has_interest_str(black_box(&topic)).unwrap())
+        });
         g.bench_function(BenchmarkId::new("subscribe_str, present", name), |b| {
             b.iter(|| m.subscribe_str(black_box(&pattern_text), 0).unwrap())
         });
         g.bench_function(BenchmarkId::new("subscribe, present", name), |b| {
             b.iter(|| m.subscribe(black_box(&pattern), 0))
+        });
+    }
+    g.finish();
+
+    // A topic of 10,000 subscribers, each on its own pattern of three kinds.
+    let mut g = c.benchmark_group("fan-out of 10,000");
+    let wide: Vec<(&str, Box<dyn Matcher>)> = vec![
+        ("Trie", Box::new(Trie::new(DIALECT))),
+        ("CSTrie", Box::new(CSTrie::new(DIALECT))),
+    ];
+    let hot = "news.sports.live";
+    for (name, m) in &wide {
+        for id in 0..10_000u32 {
+            let p = ["news.sports.live", "news.*.live", "news.#"][id as usize % 3];
+            m.subscribe_str(p, id).unwrap();
+        }
+        g.bench_function(BenchmarkId::new("lookup_str", name), |b| {
+            b.iter(|| m.lookup_str(black_box(hot)).unwrap())
+        });
+        g.bench_function(BenchmarkId::new("has_interest_str", name), |b| {
+            b.iter(|| m.has_interest_str(black_box(hot)).unwrap())
         });
     }
     g.finish();
