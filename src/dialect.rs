@@ -122,6 +122,18 @@ impl Dialect {
         self == Dialect::Mqtt
     }
 
+    /// The text of a topic or pattern from its words: `words` joined by the separator.
+    pub(crate) fn join<S: AsRef<str>>(self, words: &[S]) -> String {
+        let mut text = String::new();
+        for (i, w) in words.iter().enumerate() {
+            if i > 0 {
+                text.push(self.separator() as char);
+            }
+            text.push_str(w.as_ref());
+        }
+        text
+    }
+
     /// Splits `text` into words. AMQP's empty string is zero words; everywhere else the empty
     /// string between two separators is an (empty) word.
     fn split(self, text: &str) -> impl Iterator<Item = (usize, &str)> {

@@ -41,12 +41,10 @@ pub trait Matcher: Send + Sync {
         !out.is_empty()
     }
 
-    /// [`Matcher::has_interest`] of a topic given as text; an invalid topic is an error. The
-    /// default asks [`Matcher::lookup_str_into`], so a result cache answers it when it can.
+    /// [`Matcher::has_interest`] of a topic given as text; an invalid topic is an error. A
+    /// matcher that answers from the text alone (a result cache's hit) overrides it.
     fn has_interest_str(&self, topic: &str) -> Result<bool> {
-        let mut out = Vec::new();
-        self.lookup_str_into(topic, &mut out)?;
-        Ok(!out.is_empty())
+        Ok(self.has_interest(&self.dialect().parse_topic(topic)?))
     }
 
     /// The pairs whose patterns share at least one topic with `pattern` (the NATS server's

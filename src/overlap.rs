@@ -198,11 +198,10 @@ pub fn subsumes(a: &Pattern, b: &Pattern) -> Result<bool> {
     let letters = alphabet(a, b);
     // A counterexample is a topic that `b` matches by some path and `a` by none: follow one
     // state of `b` at a time, and every state of `a` at once.
-    let mut start_b = ab.start();
     let sa = aa.start();
     let mut queue = VecDeque::new();
     let mut seen = HashSet::new();
-    for i in members(&std::mem::take(&mut start_b)) {
+    for i in members(&ab.start()) {
         if seen.insert((i, sa.clone(), false)) {
             queue.push_back((i, sa.clone(), false));
         }

@@ -238,10 +238,6 @@ fn remove<V>(node: &mut Node<V>, words: &[&str]) -> Option<V> {
     Some(old)
 }
 
-fn join(dialect: Dialect, words: &[&str]) -> String {
-    words.join(&(dialect.separator() as char).to_string())
-}
-
 /// One walk of the trie by a pattern.
 struct Walk<'n, 'p, V> {
     tokens: &'p [Token],
@@ -334,7 +330,7 @@ impl<'n, 'p, V: Clone> Walk<'n, 'p, V> {
     /// Answers the node's topic, if it has a value.
     fn emit(&mut self, node: &Node<V>) {
         if let Some(v) = &node.value {
-            self.out.push((join(self.dialect, &self.path), v.clone()));
+            self.out.push((self.dialect.join(&self.path), v.clone()));
         }
     }
 

@@ -327,7 +327,7 @@ impl Inner {
             node = n.parent;
         }
         words.reverse();
-        words.join(&(dialect.separator() as char).to_string())
+        dialect.join(&words)
     }
 
     /// Appends the subscribers of every pattern matching `topic`, possibly more than once.
@@ -453,10 +453,6 @@ impl Matcher for Trie {
             .walk(self.dialect, topic)
             .iter()
             .any(|&id| !inner.nodes[id as usize].subscribers.is_empty())
-    }
-
-    fn has_interest_str(&self, topic: &str) -> Result<bool> {
-        Ok(self.has_interest(&self.dialect.parse_topic(topic)?))
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {

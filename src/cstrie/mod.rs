@@ -763,7 +763,6 @@ impl CSTrie {
         if !cn.here.is_empty() {
             f("", &cn.here);
         }
-        let sep = (self.dialect.separator() as char).to_string();
         let word = |key| self.key_text(key);
         // (depth, word, branch): `path` holds the words above the branch being visited.
         let mut stack: Vec<(usize, String, &Branch)> = Vec::new();
@@ -773,7 +772,7 @@ impl CSTrie {
             path.truncate(depth);
             path.push(w);
             if !b.subs.is_empty() {
-                f(&path.join(&sep), &b.subs);
+                f(&self.dialect.join(&path), &b.subs);
             }
             if let Some(cn) = b
                 .next

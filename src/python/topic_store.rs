@@ -15,6 +15,7 @@ use super::errors::to_py;
 use super::gil;
 use super::text::{utf8, Kind};
 use super::topic_index::{check_pickle_format, parse_dialect, reduce_by_content};
+use crate::dialect::Topic;
 use crate::store::TopicStore;
 
 /// Topics from which `match` and `items` release the GIL.
@@ -29,6 +30,13 @@ pub(crate) struct TopicStorePy {
 }
 
 impl TopicStorePy {
+    /// `topic` as a topic of the store's dialect: text or UTF-8 bytes, valid, or the error
+    /// that says why not.
+    fn topic<'a>(&self, topic: &'a Bound<'_, PyAny>) -> PyResult<Topic<'a>> {
+        let text = utf8(topic, Kind::Topic)?;
+        self.core.dialect().parse_topic(text).map_err(to_py)
+    }
+
     fn pairs<'py>(
         &self,
         py: Python<'py>,
@@ -75,8 +83,7 @@ impl TopicStorePy {
         value: Bound<'_, PyAny>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let py = value.py();
-        let d = self.core.dialect();
-        let topic = d.parse_topic(utf8(topic, Kind::Topic)?).map_err(to_py)?;
+        let topic = self.topic(topic)?;
         let old = self.core.set(&topic, Arc::new(value.unbind()));
         Ok(old.map(|v| v.clone_ref(py)))
     }
@@ -89,16 +96,16 @@ impl TopicStorePy {
         default: Option<Py<PyAny>>,
     ) -> PyResult<Option<Py<PyAny>>> {
         let py = topic.py();
-        let d = self.core.dialect();
-        let parsed = d.parse_topic(utf8(topic, Kind::Topic)?).map_err(to_py)?;
-        Ok(self.core.get(&parsed).map(|v| v.clone_ref(py)).or(default))
+        Ok(self
+            .core
+            .get(&self.topic(topic)?)
+            .map(|v| v.clone_ref(py))
+            .or(default))
     }
 
     /// Removes `topic`; True if it had a value.
     fn delete(&self, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let d = self.core.dialect();
-        let parsed = d.parse_topic(utf8(topic, Kind::Topic)?).map_err(to_py)?;
-        Ok(self.core.delete(&parsed).is_some())
+        Ok(self.core.delete(&self.topic(topic)?).is_some())
     }
 
     /// The stored (topic, value) pairs whose topic `filter` matches, each once.
@@ -132,12 +139,8 @@ impl TopicStorePy {
     }
 
     fn __contains__(&self, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let d = self.core.dialect();
         // A text that is no valid topic is simply not there, as a dict would say.
-        Ok(utf8(topic, Kind::Topic)
-            .ok()
-            .and_then(|t| d.parse_topic(t).ok())
-            .is_some_and(|t| self.core.get(&t).is_some()))
+        Ok(self.topic(topic).is_ok_and(|t| self.core.get(&t).is_some()))
     }
 
     fn __getitem__(&self, topic: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {

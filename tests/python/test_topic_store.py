@@ -11,36 +11,11 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import patterns, topics
 
 import topicmatch as tm
 
 import reference
-
-WORDS = {
-    "amqp": ["a", "b", "", "$s", "a*"],
-    "mqtt": ["a", "b", "", "$s"],
-    "nats": ["a", "b", "$s", "a*"],
-}
-
-
-@st.composite
-def topics(draw, dialect):
-    min_size = 0 if dialect == "amqp" else 1
-    ws = draw(st.lists(st.sampled_from(WORDS[dialect]), min_size=min_size, max_size=5))
-    text = reference.SEP[dialect].join(ws)
-    return text if reference.valid_topic(dialect, text) else "a"
-
-
-@st.composite
-def filters(draw, dialect):
-    choices = [w for w in WORDS[dialect] if w != "a*"] + [reference.ONE[dialect]] * 2
-    if dialect == "amqp":
-        choices += ["#", "#"]
-    ws = draw(st.lists(st.sampled_from(choices), max_size=4))
-    if dialect != "amqp" and (not ws or draw(st.booleans())):
-        ws.append(reference.MANY[dialect])
-    text = reference.SEP[dialect].join(ws)
-    return text if reference.valid_pattern(dialect, text) else reference.MANY[dialect]
 
 
 @st.composite
@@ -49,7 +24,7 @@ def workloads(draw):
     op = st.one_of(
         st.tuples(st.just("set"), topics(dialect), st.integers(0, 9)),
         st.tuples(st.just("delete"), topics(dialect)),
-        st.tuples(st.just("match"), filters(dialect)),
+        st.tuples(st.just("match"), patterns(dialect)),
     )
     return dialect, draw(st.lists(op, max_size=50))
 
