@@ -4,7 +4,7 @@ mod common;
 
 use common::{agree_with_oracle, crowd_ops, ops, Factory};
 use proptest::test_runner::{Config, TestRunner};
-use topicmatch::{CSTrie, Cached, Dialect, InvertedBitmap, LevelBitmap, Matcher, Trie};
+use topicmatch::{CSTrie, Cached, Dialect, Grouped, InvertedBitmap, LevelBitmap, Matcher, Trie};
 
 /// Cases per dialect; each case holds up to 400 operations, about half of them lookups, so
 /// every matcher is compared on well over 100,000 lookups per dialect.
@@ -34,6 +34,10 @@ fn matchers() -> Vec<(&'static str, Factory)> {
         }),
         ("Cached<CSTrie>(cache=16)", |d| {
             Box::new(Cached::new(CSTrie::new(d), 16))
+        }),
+        // What every Python matcher is: shared subscriptions in front, with no group here.
+        ("Grouped<Cached<CSTrie>>(cache=16)", |d| {
+            Box::new(Grouped::new(Cached::new(CSTrie::new(d), 16)))
         }),
     ]
 }

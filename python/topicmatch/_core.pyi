@@ -5,7 +5,7 @@ from typing import Literal, Self, TypeAlias, final
 
 _Dialect: TypeAlias = Literal["amqp", "mqtt", "nats"]
 _Text: TypeAlias = str | bytes
-_Pairs: TypeAlias = Iterable[tuple[_Text, Hashable]]
+_Pairs: TypeAlias = Iterable[tuple[_Text, Hashable] | tuple[_Text, Hashable, str]]
 
 __version__: str
 __all__ = [
@@ -51,11 +51,31 @@ class _TopicMatcher:
     def __new__(cls, dialect: _Dialect = "amqp", subscriptions: _Pairs | None = None) -> Self: ...
     @property
     def dialect(self) -> _Dialect: ...
-    def subscribe(self, pattern: _Text, subscriber: Hashable) -> bool: ...
-    def subscribe_many(self, subscriptions: _Pairs) -> int: ...
-    def unsubscribe(self, pattern: _Text, subscriber: Hashable) -> bool: ...
+    def subscribe(self, pattern: _Text, subscriber: Hashable, group: str | None = None) -> bool:
+        """True if the subscription is new. With `group`, or with an MQTT
+        `$share/{group}/{filter}` pattern, `subscriber` joins the group on that filter: a
+        message goes to one member of each group it matches."""
+
+    def subscribe_many(self, subscriptions: _Pairs) -> int:
+        """(pattern, subscriber) pairs and (pattern, subscriber, group) triples, all checked
+        before any is added; returns how many were new."""
+
+    def unsubscribe(
+        self, pattern: _Text, subscriber: Hashable, group: str | None = None
+    ) -> bool: ...
     def remove_subscriber(self, subscriber: Hashable) -> int: ...
-    def lookup(self, topic: _Text) -> list[Hashable]: ...
+    def lookup(self, topic: _Text) -> list[Hashable]:
+        """Every plain subscriber of `topic` and one member of each group it matches, in turn
+        (round robin), each subscriber once."""
+
+    def lookup_groups(
+        self, topic: _Text
+    ) -> tuple[list[Hashable], list[tuple[str, str, list[Hashable]]]]:
+        """The plain subscribers of `topic` and, per matched group, (group, filter, members)."""
+
+    def group_subscriptions(self) -> list[tuple[str, str, Hashable]]:
+        """Every (group, filter, subscriber) membership."""
+
     def lookup_many(self, topics: Iterable[_Text]) -> list[list[Hashable]]: ...
     def count(self, topic: _Text) -> int: ...
     def count_many(self, topics: Iterable[_Text]) -> list[int]: ...
@@ -66,9 +86,19 @@ class _TopicMatcher:
         """The (pattern, subscriber) pairs whose patterns share at least one topic with
         `pattern` (NATS: ReverseMatch); a scan of every pair."""
 
-    def subscriptions(self) -> list[tuple[str, Hashable]]: ...
-    def __len__(self) -> int: ...
-    def __reduce__(self) -> tuple[type[Self], tuple[str, list[tuple[str, Hashable]]], int]: ...
+    def subscriptions(self) -> list[tuple[str, Hashable]]:
+        """The plain (pattern, subscriber) pairs."""
+
+    def __len__(self) -> int:
+        """Plain pairs and group memberships."""
+
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[Self],
+        tuple[str, list[tuple[str, Hashable] | tuple[str, Hashable, str]]],
+        int,
+    ]: ...
     def __setstate__(self, state: int) -> None: ...
 
 @final

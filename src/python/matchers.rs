@@ -103,21 +103,21 @@ macro_rules! topic_matcher_class {
 
             fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
                 let inner = &slf.get().inner;
-                let size = inner.core.cache_size().into_pyobject(slf.py())?.into_any();
+                let size = inner.core.matcher().cache_size().into_pyobject(slf.py())?.into_any();
                 inner.reduce(slf.as_any(), &[size])
             }
 
             /// Most lookup results the cache holds (0: no cache).
             #[getter]
             fn cache_size(&self) -> usize {
-                self.inner.core.cache_size()
+                self.inner.core.matcher().cache_size()
             }
 
             /// The result cache's counters: hits, misses (bypassed ones included), bypassed
             /// (lookups that skipped the cache while admission had it off), evictions, topics
             /// (entries held), bytes, capacity, max_bytes and admitting (1 while on).
             fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-                cache_stats_dict(py, &self.inner.core.cache_stats())
+                cache_stats_dict(py, &self.inner.core.matcher().cache_stats())
             }
         } $(, extra { $($extra)* })?);
     };
@@ -139,27 +139,35 @@ macro_rules! topic_matcher_class {
                 self.inner.core.dialect().name()
             }
 
-            /// Subscribes `subscriber` to `pattern`; True if the pair is new.
+            /// Subscribes `subscriber` to `pattern`; True if the subscription is new. With
+            /// `group`, or with an MQTT `$share/{group}/{filter}` pattern, `subscriber` joins
+            /// the group on that filter: a message goes to one member of each group.
+            #[pyo3(signature = (pattern, subscriber, group = None))]
             fn subscribe(
                 &self,
                 pattern: &Bound<'_, PyAny>,
                 subscriber: &Bound<'_, PyAny>,
+                group: Option<&str>,
             ) -> PyResult<bool> {
-                self.inner.subscribe(pattern, subscriber)
+                self.inner.subscribe(pattern, subscriber, group)
             }
 
-            /// Subscribes every (pattern, subscriber) pair; returns how many were new.
+            /// Subscribes every (pattern, subscriber) pair and (pattern, subscriber, group)
+            /// triple; returns how many were new.
             fn subscribe_many(&self, subscriptions: &Bound<'_, PyAny>) -> PyResult<usize> {
                 self.inner.subscribe_many(subscriptions)
             }
 
-            /// Removes the pair; True if it was there.
+            /// Removes the subscription (a group's membership with `group` or `$share/`);
+            /// True if it was there.
+            #[pyo3(signature = (pattern, subscriber, group = None))]
             fn unsubscribe(
                 &self,
                 pattern: &Bound<'_, PyAny>,
                 subscriber: &Bound<'_, PyAny>,
+                group: Option<&str>,
             ) -> PyResult<bool> {
-                self.inner.unsubscribe(pattern, subscriber)
+                self.inner.unsubscribe(pattern, subscriber, group)
             }
 
             /// Removes every pattern of `subscriber`; returns how many.
@@ -170,6 +178,17 @@ macro_rules! topic_matcher_class {
             /// The subscribers whose patterns match `topic`, each once.
             fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
                 self.inner.lookup(topic)
+            }
+
+            /// The plain subscribers of `topic` and, for each group it matches, all members:
+            /// `(subscribers, [(group, filter, members), ...])`.
+            fn lookup_groups<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+                self.inner.lookup_groups(topic)
+            }
+
+            /// Every (group, filter, subscriber) membership of a shared subscription.
+            fn group_subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+                self.inner.group_subscriptions(py)
             }
 
             /// One list of subscribers per topic, computed with the GIL released.
@@ -198,7 +217,7 @@ macro_rules! topic_matcher_class {
                 self.inner.reverse_match(pattern)
             }
 
-            /// Every (pattern, subscriber) pair.
+            /// Every plain (pattern, subscriber) pair; memberships are group_subscriptions().
             fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
                 self.inner.subscriptions(py)
             }
@@ -245,7 +264,7 @@ topic_matcher_class!(
         /// has a result cache of its own, of the same size, empty until its first lookup.
         fn snapshot(&self, py: Python<'_>) -> Self {
             CSTriePy {
-                inner: self.inner.share_read_only(py, self.inner.core.snapshot()),
+                inner: self.inner.share_read_only(py, self.inner.core.snapshot_with(Cached::snapshot)),
             }
         }
 
@@ -289,14 +308,14 @@ topic_matcher_class!(
 
         fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
             let inner = &slf.get().inner;
-            let size = inner.core.cache_size().into_pyobject(slf.py())?.into_any();
+            let size = inner.core.matcher().cache_size().into_pyobject(slf.py())?.into_any();
             inner.reduce(slf.as_any(), &[size])
         }
 
         /// Most topics the lookup cache holds (0: no cache).
         #[getter]
         fn cache_size(&self) -> usize {
-            self.inner.core.cache_size()
+            self.inner.core.matcher().cache_size()
         }
     }
 );

@@ -31,6 +31,7 @@ use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use super::answers::{self, Answers, Stale, MIN_IDS};
+use crate::groups::GROUP_BIT;
 use crate::matcher::SubscriberId;
 
 #[derive(Default)]
@@ -122,8 +123,13 @@ impl Registry {
         }
         let id = match lock(&self.free).pop() {
             Some(id) => id,
+            // Ids from `GROUP_BIT` up number shared-subscription groups in the core.
             None => SubscriberId::try_from(slots.counts.len())
-                .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("too many subscribers"))?,
+                .ok()
+                .filter(|&id| id < GROUP_BIT)
+                .ok_or_else(|| {
+                    pyo3::exceptions::PyOverflowError::new_err("too many subscribers")
+                })?,
         };
         if let Err(e) = ids.set_item(obj, id) {
             lock(&self.free).push(id);

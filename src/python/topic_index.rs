@@ -20,6 +20,7 @@ use super::gil;
 use super::registry::Registry;
 use super::text::{utf8, Kind};
 use crate::dialect::Dialect;
+use crate::groups::{self, GroupMatch, Grouped};
 use crate::matcher::{Matcher, SubscriberId};
 
 impl<M> Drop for TopicIndex<M> {
@@ -58,9 +59,9 @@ pub(crate) const PAUSE_FROM: usize = 4096;
 /// What a scan matcher's lookup costs per pattern, for its estimate (20 tests per µs here).
 pub(crate) const SCAN_PATTERN: Duration = Duration::from_nanos(50);
 
-/// A core matcher and its subscriber registry.
+/// A core matcher, with shared subscriptions, and its subscriber registry.
 pub(crate) struct TopicIndex<M> {
-    pub(crate) core: Arc<M>,
+    pub(crate) core: Arc<Grouped<M>>,
     pub(crate) registry: Arc<Registry>,
     /// Set on snapshots: every write raises `TypeError`.
     pub(crate) read_only: bool,
@@ -88,6 +89,18 @@ pub(crate) fn reduce_by_content<'py>(
     )
 }
 
+/// An item of `subscribe_many`: a `(pattern, subscriber)` pair or a `(pattern, subscriber,
+/// group)` triple with a `str` group; `None` for anything else.
+fn subscription_item<'py>(
+    item: &Bound<'py, PyAny>,
+) -> Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, Option<String>)> {
+    if let Ok((pattern, subscriber)) = item.extract() {
+        return Some((pattern, subscriber, None));
+    }
+    let (pattern, subscriber, group): (_, _, String) = item.extract().ok()?;
+    Some((pattern, subscriber, Some(group)))
+}
+
 pub(crate) fn parse_dialect(name: &str) -> PyResult<Dialect> {
     name.parse().map_err(to_py)
 }
@@ -95,7 +108,7 @@ pub(crate) fn parse_dialect(name: &str) -> PyResult<Dialect> {
 impl<M: Matcher + 'static> TopicIndex<M> {
     pub(crate) fn new(py: Python<'_>, core: M, scan_lookup: bool) -> Self {
         TopicIndex {
-            core: Arc::new(core),
+            core: Arc::new(Grouped::new(core)),
             registry: Arc::new(Registry::new(py)),
             read_only: false,
             snapshot_seq: 0,
@@ -105,7 +118,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
 
     /// A read-only index over `core` (a snapshot of `self.core`) that shares the registry, so
     /// its ids keep their objects for as long as it lives.
-    pub(crate) fn share_read_only(&self, py: Python<'_>, core: M) -> Self {
+    pub(crate) fn share_read_only(&self, py: Python<'_>, core: Grouped<M>) -> Self {
         let snapshot_seq = self.registry.add_snapshot(py);
         TopicIndex {
             core: Arc::new(core),
@@ -134,11 +147,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         }
     }
 
-    /// The text of a valid pattern, checked before any subscriber is registered. The core
-    /// takes it as text and walks its words borrowed from it, so nothing is built for it.
-    fn pattern<'a>(&self, pattern: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+    /// The text of a valid subscription (a pattern, and the group it joins if any), checked
+    /// before any subscriber is registered. The core takes it as text and walks its words
+    /// borrowed from it, so nothing is built for it.
+    fn pattern<'a>(&self, pattern: &'a Bound<'_, PyAny>, group: Option<&str>) -> PyResult<&'a str> {
         let text = utf8(pattern, Kind::Pattern)?;
-        self.core.dialect().check_pattern(text).map_err(to_py)?;
+        groups::check_subscription(self.core.dialect(), text, group).map_err(to_py)?;
         Ok(text)
     }
 
@@ -146,12 +160,13 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         &self,
         pattern: &Bound<'_, PyAny>,
         subscriber: &Bound<'_, PyAny>,
+        group: Option<&str>,
     ) -> PyResult<bool> {
         self.writable()?;
-        let text = self.pattern(pattern)?;
+        let text = self.pattern(pattern, group)?;
         let core = &self.core;
         self.registry.adding(subscriber, |id| {
-            gil::write(subscriber.py(), || core.subscribe_str(text, id)).map_err(to_py)
+            gil::write(subscriber.py(), || core.subscribe_in(group, text, id)).map_err(to_py)
         })
     }
 
@@ -174,20 +189,20 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             )
         };
         let mut checked: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = Vec::new();
-        for (i, pair) in pairs.try_iter()?.enumerate() {
-            let pair = pair?;
-            let (pattern, subscriber): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
-                pair.extract().map_err(|_| {
-                    PyValueError::new_err(format!(
-                        "subscriptions[{i}] is not a (pattern, subscriber) pair"
-                    ))
-                })?;
+        let mut groups: Vec<Option<String>> = Vec::new();
+        for (i, item) in pairs.try_iter()?.enumerate() {
+            let (pattern, subscriber, group) = subscription_item(&item?).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "subscriptions[{i}] is not a (pattern, subscriber) pair or a \
+                     (pattern, subscriber, group) triple with a str group"
+                ))
+            })?;
             let text = utf8(&pattern, Kind::Pattern).map_err(|e| numbered(i, e))?;
-            dialect
-                .check_pattern(text)
+            groups::check_subscription(dialect, text, group.as_deref())
                 .map_err(|e| numbered(i, to_py(e)))?;
             subscriber.hash()?;
             checked.push((pattern, subscriber));
+            groups.push(group);
         }
         let mut ids = Vec::with_capacity(checked.len());
         for (_, subscriber) in &checked {
@@ -205,6 +220,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let mut added = 0;
         for (start, chunk) in checked.chunks(CHUNK).enumerate() {
             let chunk_ids = &ids[start * CHUNK..start * CHUNK + chunk.len()];
+            let chunk_groups = &groups[start * CHUNK..start * CHUNK + chunk.len()];
             let texts = chunk
                 .iter()
                 .map(|(pattern, _)| utf8(pattern, Kind::Pattern))
@@ -216,7 +232,10 @@ impl<M: Matcher + 'static> TopicIndex<M> {
                     texts
                         .iter()
                         .zip(chunk_ids)
-                        .map(|(text, &id)| matches!(core.subscribe_str(text, id), Ok(true)))
+                        .zip(chunk_groups)
+                        .map(|((text, &id), group)| {
+                            matches!(core.subscribe_in(group.as_deref(), text, id), Ok(true))
+                        })
                         .collect()
                 }),
                 Err(e) => {
@@ -249,12 +268,13 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         &self,
         pattern: &Bound<'_, PyAny>,
         subscriber: &Bound<'_, PyAny>,
+        group: Option<&str>,
     ) -> PyResult<bool> {
         self.writable()?;
-        let text = self.pattern(pattern)?;
+        let text = self.pattern(pattern, group)?;
         let core = &self.core;
         let removed = self.registry.removing(subscriber, |id| {
-            let removed = gil::write(subscriber.py(), || core.unsubscribe_str(text, id));
+            let removed = gil::write(subscriber.py(), || core.unsubscribe_in(group, text, id));
             Ok(usize::from(removed.map_err(to_py)?))
         })?;
         Ok(removed == 1)
@@ -381,6 +401,62 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         list
     }
 
+    /// `(plain subscribers, [(group, filter, members)])` of `topic`, with the GIL held or
+    /// not as for one lookup.
+    pub(crate) fn lookup_groups<'py>(
+        &self,
+        topic: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let py = topic.py();
+        let text = utf8(topic, Kind::Topic)?;
+        let core = &self.core;
+        let guard = crossbeam_epoch::pin();
+        let (plain, matched): (Vec<SubscriberId>, Vec<GroupMatch>) =
+            gil::run_estimated(py, self.lookup_estimate(), || core.lookup_groups_str(text))
+                .map_err(to_py)?;
+        let plain = self.registry.list(py, &plain)?;
+        let matched = matched
+            .iter()
+            .map(|g| {
+                let members = self.registry.list(py, &g.members)?;
+                PyTuple::new(
+                    py,
+                    [
+                        g.name.into_pyobject(py)?.into_any(),
+                        g.filter.into_pyobject(py)?.into_any(),
+                        members.into_any(),
+                    ],
+                )
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let answer = PyTuple::new(py, [plain.into_any(), PyList::new(py, matched)?.into_any()]);
+        drop(guard);
+        answer
+    }
+
+    /// Every `(group, filter, subscriber)` membership.
+    pub(crate) fn group_subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let guard = crossbeam_epoch::pin();
+        let triples = self
+            .core
+            .group_subscriptions()
+            .into_iter()
+            .filter_map(|(group, filter, id)| Some((group, filter, self.registry.object(py, id)?)))
+            .map(|(group, filter, o)| {
+                PyTuple::new(
+                    py,
+                    [
+                        group.into_pyobject(py)?.into_any(),
+                        filter.into_pyobject(py)?.into_any(),
+                        o,
+                    ],
+                )
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        drop(guard);
+        PyList::new(py, triples)
+    }
+
     /// Whether any pattern matches `topic`, with the GIL held or not as for one lookup.
     pub(crate) fn has_interest(&self, topic: &Bound<'_, PyAny>) -> PyResult<bool> {
         let text = utf8(topic, Kind::Topic)?;
@@ -448,9 +524,20 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         extra: &[Bound<'py, PyAny>],
     ) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
+        // Plain pairs, then memberships as (pattern, subscriber, group) triples, which the
+        // constructor's `subscribe_many` takes back.
+        let subscriptions = self.subscriptions(py)?;
+        for triple in self.group_subscriptions(py)?.iter() {
+            let (group, filter, subscriber): (
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+            ) = triple.extract()?;
+            subscriptions.append(PyTuple::new(py, [filter, subscriber, group])?)?;
+        }
         let mut args = vec![
             self.core.dialect().name().into_pyobject(py)?.into_any(),
-            self.subscriptions(py)?.into_any(),
+            subscriptions.into_any(),
         ];
         args.extend(extra.iter().cloned());
         reduce_by_content(slf, PyTuple::new(py, args)?.into_any())
