@@ -42,7 +42,9 @@ mod sync;
 #[cfg(feature = "python")]
 mod python;
 
-pub use bitmap::{HeadersMatcher, HeadersSubscription, InvertedBitmap, LevelBitmap, MatchMode};
+pub use bitmap::{
+    HeaderValue, HeadersMatcher, HeadersSubscription, InvertedBitmap, LevelBitmap, MatchMode,
+};
 pub use cache::Cached;
 pub use cstrie::CSTrie;
 pub use dialect::{Dialect, Pattern, Token, Topic};

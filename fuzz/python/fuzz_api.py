@@ -439,14 +439,20 @@ def counts(mode: str, name: str) -> bool:
     return name != "x-match" and (mode.endswith("with-x") or not name.startswith("x-"))
 
 
-def value_ok(v: object, *, none_ok: bool) -> type[BaseException] | None:
-    if v is None:
-        return None if none_ok else TypeError
-    if not isinstance(v, str):
-        return TypeError
-    if as_text(v) is INVALID:
+def value_ok(v: object) -> type[BaseException] | None:
+    # None: presence as a criterion, void as a header (docs/headers.md).
+    if isinstance(v, str) and as_text(v) is INVALID:
         return ValueError
-    return None
+    return None if v is None or isinstance(v, str | bytes | int) else TypeError
+
+
+def same(want: object, got: object) -> bool:
+    """RabbitMQ's top-level comparison: str and bytes by their bytes, others by type and value."""
+    if isinstance(want, str | bytes) and isinstance(got, str | bytes):
+        return (want.encode() if isinstance(want, str) else want) == (
+            got.encode() if isinstance(got, str) else got
+        )
+    return type(want) is type(got) and want == got
 
 
 def run_headers(r: Reader) -> None:
@@ -462,7 +468,7 @@ def run_headers(r: Reader) -> None:
     def criteria_errors(c: object) -> list[type[BaseException]]:
         if not isinstance(c, dict):
             return [TypeError]
-        errs = [value_ok(v, none_ok=True) for v in c.values()]
+        errs = [value_ok(v) for v in c.values()]
         return [e for e in errs if e is not None]
 
     for _ in range(MAX_OPS):
@@ -499,7 +505,7 @@ def run_headers(r: Reader) -> None:
         elif op in (2, 3):
             names = [HEADER_NAMES[r.below(len(HEADER_NAMES))] for _ in range(r.below(4))]
             h = {n: HEADER_VALUES[r.below(len(HEADER_VALUES))] for n in names}
-            errs = [value_ok(v, none_ok=False) for v in h.values()]
+            errs = [value_ok(v) for v in h.values()]
             errs = [e for e in errs if e is not None]
             got, raised = call(m.lookup if op == 2 else m.hits, h)
             if errs:
@@ -509,7 +515,7 @@ def run_headers(r: Reader) -> None:
             matched, hits = set(), {}
             for (crit, mode, who), _ in pairs.items():
                 counted = [(k, v) for k, v in crit if counts(mode, k)]
-                met = sum(1 for k, v in counted if k in h and (v is None or h[k] == v))
+                met = sum(1 for k, v in counted if k in h and (v is None or same(v, h[k])))
                 if met:
                     hits[who] = max(hits.get(who, 0), met)
                 if (met == len(counted)) if mode.startswith("all") else met > 0:

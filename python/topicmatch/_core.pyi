@@ -178,24 +178,46 @@ class InvertedBitmap(_TopicMatcher):
         """Most topics the lookup cache holds (0: no cache)."""
 
 _Mode: TypeAlias = Literal["all", "any", "all-with-x", "any-with-x"]
+#: A header value: an AMQP field table's types as Python clients send them. Ints are signed
+#: 64-bit; `None` is void (as a criterion's top-level value: "present with any value").
+_HeaderValue: TypeAlias = (
+    str
+    | bytes
+    | bytearray
+    | int
+    | float
+    | bool
+    | None
+    | dict[str, _HeaderValue]
+    | list[_HeaderValue]
+    | tuple[_HeaderValue, ...]
+)
+_Criteria: TypeAlias = dict[str, _HeaderValue]
+_Headers: TypeAlias = dict[str, _HeaderValue]
 
 @final
 class HeadersMatcher:
-    """Content-based routing on headers (OpenAMQ, the AMQP headers exchange)."""
+    """Content-based routing on headers (OpenAMQ, the AMQP headers exchange). Values are
+    compared as RabbitMQ compares them (docs/headers.md): ints of any width by value, never
+    equal to a float or a bool; a str equals bytes of its UTF-8 at the top level only; floats
+    by their bits (0.0 is not -0.0, NaN equals NaN); tables and arrays in order."""
 
     def __new__(
-        cls, subscriptions: Iterable[tuple[dict[str, str | None], Hashable, _Mode]] | None = None
+        cls, subscriptions: Iterable[tuple[_Criteria, Hashable, _Mode]] | None = None
     ) -> HeadersMatcher: ...
     def subscribe(
-        self, criteria: dict[str, str | None], subscriber: Hashable, match: _Mode = "all"
+        self, criteria: _Criteria, subscriber: Hashable, match: _Mode = "all"
     ) -> bool: ...
     def unsubscribe(
-        self, criteria: dict[str, str | None], subscriber: Hashable, match: _Mode = "all"
+        self, criteria: _Criteria, subscriber: Hashable, match: _Mode = "all"
     ) -> bool: ...
     def remove_subscriber(self, subscriber: Hashable) -> int: ...
-    def lookup(self, headers: dict[str, str]) -> list[Hashable]: ...
-    def hits(self, headers: dict[str, str]) -> dict[Hashable, int]: ...
-    def subscriptions(self) -> list[tuple[dict[str, str | None], Hashable, str]]: ...
+    def lookup(self, headers: _Headers) -> list[Hashable]: ...
+    def hits(self, headers: _Headers) -> dict[Hashable, int]: ...
+    def subscriptions(self) -> list[tuple[_Criteria, Hashable, str]]:
+        """Every subscription, values as the types they were given (`bytearray` comes back
+        as `bytes`, `tuple` as `list`)."""
+
     def __len__(self) -> int: ...
     def __reduce__(self) -> tuple[type[HeadersMatcher], tuple[list[object]], int]: ...
     def __setstate__(self, state: int) -> None: ...

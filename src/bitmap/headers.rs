@@ -11,12 +11,12 @@
 //! # Semantics (RabbitMQ's `rabbit_exchange_type_headers.erl`)
 //!
 //! Read in rabbitmq-server `deps/rabbit/src/rabbit_exchange_type_headers.erl` (its `match/2`,
-//! `match_x/2`, `match_all/3`, `match_any/3`); topicmatch follows it:
+//! `match_x/2`, `match_all/3`, `match_any/3`) and the code it calls; topicmatch follows it:
 //!
 //! - A criterion `name=value` holds when the message has a header `name` whose value equals
-//!   `value` exactly (RabbitMQ compares with `=:=`; here values are strings, compared byte for
-//!   byte, case-sensitive). A presence-only criterion `name` (value `None`, RabbitMQ's `void`
-//!   binding value) holds when the message has a header `name`, whatever its value.
+//!   `value`. A presence-only criterion `name` (value `None`, or [`HeaderValue::Void`]:
+//!   RabbitMQ's `void` binding value) holds when the message has a header `name`, whatever its
+//!   value, void included.
 //! - [`MatchMode::All`] (RabbitMQ's default when `x-match` is absent) needs every counted
 //!   criterion to hold; with no counted criterion at all it matches every message
 //!   (`match_all([], ...)` is `true`). [`MatchMode::Any`] needs at least one; with none it
@@ -28,6 +28,34 @@
 //! - A message's headers are a map: RabbitMQ looks them up with `maps:get`. Here, a header name
 //!   given twice takes its last value; a subscription's criteria are a map too: a name given
 //!   twice keeps its last value.
+//!
+//! ## Typed values
+//!
+//! Values are [`HeaderValue`]s: the types an AMQP 0-9-1 field table holds and Python clients
+//! (pika, kombu's py-amqp) send. RabbitMQ compares `maps:get(K, Headers) =:= V`, where the
+//! message's header map (`mc_amqpl:routing_headers/2`) holds each decoded value *without* its
+//! field type and the binding's `V` is the decoded value too (the type is looked at only for
+//! `void`). Its parser (`rabbit_binary_parser:parse_table/1`) decodes every integer type to an
+//! Erlang integer, both float types to Erlang floats, longstr and byte array to binaries, a
+//! nested table to a list of `{Name, Type, Value}` and an array to a list of `{Type, Value}`.
+//! So, at the top level of the headers:
+//!
+//! - integers of any width are equal by value (a `signedint` 5 is a `long` 5);
+//! - an integer never equals a float (`1 =:= 1.0` is false), a boolean or a string;
+//! - a string equals a byte string holding its UTF-8 bytes (`"a"` is `b"a"`): both are
+//!   binaries to RabbitMQ;
+//! - floats compare by bits: `0.0` is not `-0.0` (Erlang's `=:=` since OTP 27), and every NaN
+//!   equals every NaN (RabbitMQ cannot decode a NaN at all; this is Java's `Double.equals`, as
+//!   Qpid compares);
+//! - nested tables and arrays compare element by element, in order (RabbitMQ compares the
+//!   decoded lists), with the nested rule below.
+//!
+//! Inside a nested table or array RabbitMQ keeps each field's type, so there a string and a
+//! byte string differ (pika sends `bytes` as a byte array, `x`, and `str` as a longstr, `S`).
+//! Integers still compare by value, since a Python client picks an integer's field type from
+//! its value alone. This is [`HeaderValue`]'s [`Eq`]; [`HeaderValue::header_eq`] is the
+//! top-level comparison. `docs/headers.md` tabulates the cases and where Qpid and LavinMQ
+//! differ.
 //!
 //! # Hits
 //!
@@ -46,7 +74,7 @@
 //!
 //! | operation | cost |
 //! |---|---|
-//! | lookup / hits | `h` hash probes (two per header: presence and value) + one walk of each selected bitmap, counting in a per-thread array indexed by subscription number; then `k` checks |
+//! | lookup / hits | `h` hash probes (two per header: presence and value; a string or byte string value hashes its bytes, without a copy; a value of another type hashes whole, and only when its name has a criterion of such a type) + one walk of each selected bitmap, counting in a per-thread array indexed by subscription number; then `k` checks |
 //! | subscribe / unsubscribe | one bit per counted criterion |
 //! | memory | one bitmap per distinct criterion, one bit per (criterion, subscription); per looking-up thread, 4 bytes per subscription number of scratch counters |
 //!
@@ -56,8 +84,10 @@
 //! applies its change to both copies in turn.
 
 use std::cell::RefCell;
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -136,14 +166,308 @@ impl FromStr for MatchMode {
     }
 }
 
-/// One criterion: a header name and the value it must have, or `None` for "present".
-pub type Criterion = (String, Option<String>);
+/// A typed header value: one field of an AMQP 0-9-1 field table, as a client hands it over.
+///
+/// [`Eq`], [`Hash`] and [`Ord`] are the comparison of values nested in a table or an array
+/// (see the [module docs](self)): by variant, then by value; floats by their bits, every NaN
+/// alike; tables and arrays element by element, in order. [`HeaderValue::header_eq`] is the
+/// comparison of a top-level header with a criterion, where a string and a byte string with
+/// the same bytes are equal too.
+#[derive(Clone, Debug)]
+pub enum HeaderValue {
+    /// A long string (`S`) holding UTF-8 text; Python `str`.
+    Str(String),
+    /// A byte array (`x`), or a long string that is not text; Python `bytes`.
+    Bytes(Vec<u8>),
+    /// Any integer field (`b B s u I i l L`), by value; Python `int`. RabbitMQ decodes even
+    /// `L` as signed, so 64 signed bits hold every integer it can see.
+    Int(i64),
+    /// A double (`d`) or float (`f`); Python `float`.
+    Float(f64),
+    /// A boolean (`t`); Python `bool`.
+    Bool(bool),
+    /// Void (`V`): no value; Python `None`. As a criterion at the top level it means
+    /// "present with any value", as `None` does.
+    Void,
+    /// A nested field table (`F`), in its order; Python `dict`.
+    Table(Vec<(String, HeaderValue)>),
+    /// A field array (`A`); Python `list` or `tuple`.
+    Array(Vec<HeaderValue>),
+}
+
+/// A float's bits, with every NaN made one: equal floats are equal bits.
+fn float_bits(f: f64) -> u64 {
+    if f.is_nan() {
+        f64::NAN.to_bits()
+    } else {
+        f.to_bits()
+    }
+}
+
+impl HeaderValue {
+    /// The deepest nesting of tables and arrays that the Python binding accepts; a value
+    /// nested deeper (or one that contains itself) is refused there. The core itself sets no
+    /// limit, but compares and hashes recursively.
+    pub const MAX_NESTING: usize = 64;
+
+    /// The bytes of a string or a byte string.
+    pub fn text(&self) -> Option<&[u8]> {
+        match self {
+            HeaderValue::Str(s) => Some(s.as_bytes()),
+            HeaderValue::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Whether a top-level header value equals a criterion's value, as RabbitMQ compares them:
+    /// [`Eq`], except that a string and a byte string with the same bytes are equal (both
+    /// are Erlang binaries once the field type is dropped).
+    pub fn header_eq(&self, other: &HeaderValue) -> bool {
+        match (self.text(), other.text()) {
+            (Some(a), Some(b)) => a == b,
+            _ => self == other,
+        }
+    }
+
+    /// How deep tables and arrays nest in the value: 0 for a scalar.
+    pub fn nesting(&self) -> usize {
+        match self {
+            HeaderValue::Table(t) => 1 + t.iter().map(|(_, v)| v.nesting()).max().unwrap_or(0),
+            HeaderValue::Array(a) => 1 + a.iter().map(HeaderValue::nesting).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// The variant's place in [`Ord`].
+    fn rank(&self) -> u8 {
+        match self {
+            HeaderValue::Void => 0,
+            HeaderValue::Bool(_) => 1,
+            HeaderValue::Int(_) => 2,
+            HeaderValue::Float(_) => 3,
+            HeaderValue::Str(_) => 4,
+            HeaderValue::Bytes(_) => 5,
+            HeaderValue::Array(_) => 6,
+            HeaderValue::Table(_) => 7,
+        }
+    }
+}
+
+impl PartialEq for HeaderValue {
+    fn eq(&self, other: &Self) -> bool {
+        use HeaderValue as V;
+        match (self, other) {
+            (V::Str(a), V::Str(b)) => a == b,
+            (V::Bytes(a), V::Bytes(b)) => a == b,
+            (V::Int(a), V::Int(b)) => a == b,
+            (V::Float(a), V::Float(b)) => float_bits(*a) == float_bits(*b),
+            (V::Bool(a), V::Bool(b)) => a == b,
+            (V::Void, V::Void) => true,
+            (V::Table(a), V::Table(b)) => a == b,
+            (V::Array(a), V::Array(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for HeaderValue {}
+
+impl Hash for HeaderValue {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u8(self.rank());
+        match self {
+            HeaderValue::Str(s) => s.hash(state),
+            HeaderValue::Bytes(b) => b.hash(state),
+            HeaderValue::Int(i) => i.hash(state),
+            HeaderValue::Float(f) => float_bits(*f).hash(state),
+            HeaderValue::Bool(b) => b.hash(state),
+            HeaderValue::Void => {}
+            HeaderValue::Table(t) => t.hash(state),
+            HeaderValue::Array(a) => a.hash(state),
+        }
+    }
+}
+
+impl Ord for HeaderValue {
+    fn cmp(&self, other: &Self) -> Ordering {
+        use HeaderValue as V;
+        self.rank()
+            .cmp(&other.rank())
+            .then_with(|| match (self, other) {
+                (V::Str(a), V::Str(b)) => a.cmp(b),
+                (V::Bytes(a), V::Bytes(b)) => a.cmp(b),
+                (V::Int(a), V::Int(b)) => a.cmp(b),
+                (V::Float(a), V::Float(b)) => {
+                    f64::from_bits(float_bits(*a)).total_cmp(&f64::from_bits(float_bits(*b)))
+                }
+                (V::Bool(a), V::Bool(b)) => a.cmp(b),
+                (V::Table(a), V::Table(b)) => a.cmp(b),
+                (V::Array(a), V::Array(b)) => a.cmp(b),
+                _ => Ordering::Equal, // same rank: both `Void`
+            })
+    }
+}
+
+impl PartialOrd for HeaderValue {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl From<&str> for HeaderValue {
+    fn from(s: &str) -> Self {
+        HeaderValue::Str(s.to_owned())
+    }
+}
+
+impl From<String> for HeaderValue {
+    fn from(s: String) -> Self {
+        HeaderValue::Str(s)
+    }
+}
+
+impl From<&[u8]> for HeaderValue {
+    fn from(b: &[u8]) -> Self {
+        HeaderValue::Bytes(b.to_vec())
+    }
+}
+
+impl From<Vec<u8>> for HeaderValue {
+    fn from(b: Vec<u8>) -> Self {
+        HeaderValue::Bytes(b)
+    }
+}
+
+impl From<i64> for HeaderValue {
+    fn from(i: i64) -> Self {
+        HeaderValue::Int(i)
+    }
+}
+
+impl From<i32> for HeaderValue {
+    fn from(i: i32) -> Self {
+        HeaderValue::Int(i.into())
+    }
+}
+
+impl From<u32> for HeaderValue {
+    fn from(i: u32) -> Self {
+        HeaderValue::Int(i.into())
+    }
+}
+
+impl From<f64> for HeaderValue {
+    fn from(f: f64) -> Self {
+        HeaderValue::Float(f)
+    }
+}
+
+impl From<bool> for HeaderValue {
+    fn from(b: bool) -> Self {
+        HeaderValue::Bool(b)
+    }
+}
+
+impl From<Vec<HeaderValue>> for HeaderValue {
+    fn from(a: Vec<HeaderValue>) -> Self {
+        HeaderValue::Array(a)
+    }
+}
+
+/// A header value as a caller holds it, borrowed: text, which needs no [`HeaderValue`] built
+/// for a lookup, or a [`HeaderValue`].
+#[derive(Clone, Copy, Debug)]
+pub enum HeaderValueRef<'a> {
+    /// Text: a [`HeaderValue::Str`].
+    Text(&'a str),
+    /// Any value.
+    Value(&'a HeaderValue),
+}
+
+impl<'a> HeaderValueRef<'a> {
+    /// The bytes of a string or a byte string.
+    pub fn text(self) -> Option<&'a [u8]> {
+        match self {
+            HeaderValueRef::Text(s) => Some(s.as_bytes()),
+            HeaderValueRef::Value(v) => v.text(),
+        }
+    }
+
+    /// The value, owned.
+    pub fn to_value(self) -> HeaderValue {
+        match self {
+            HeaderValueRef::Text(s) => HeaderValue::Str(s.to_owned()),
+            HeaderValueRef::Value(v) => v.clone(),
+        }
+    }
+}
+
+/// What [`HeadersMatcher`] takes as a value: `str`, `String` or [`HeaderValue`], or a
+/// reference to one.
+pub trait AsHeaderValue {
+    /// The value, borrowed.
+    fn as_header_value(&self) -> HeaderValueRef<'_>;
+}
+
+impl AsHeaderValue for str {
+    fn as_header_value(&self) -> HeaderValueRef<'_> {
+        HeaderValueRef::Text(self)
+    }
+}
+
+impl AsHeaderValue for String {
+    fn as_header_value(&self) -> HeaderValueRef<'_> {
+        HeaderValueRef::Text(self)
+    }
+}
+
+impl AsHeaderValue for HeaderValue {
+    fn as_header_value(&self) -> HeaderValueRef<'_> {
+        HeaderValueRef::Value(self)
+    }
+}
+
+impl AsHeaderValue for HeaderValueRef<'_> {
+    fn as_header_value(&self) -> HeaderValueRef<'_> {
+        *self
+    }
+}
+
+impl<T: AsHeaderValue + ?Sized> AsHeaderValue for &T {
+    fn as_header_value(&self) -> HeaderValueRef<'_> {
+        (**self).as_header_value()
+    }
+}
+
+/// One header of a message, as [`HeadersMatcher::lookup`] takes it: a `(name, value)` pair
+/// such as `(&str, &str)` or `(String, HeaderValue)`.
+pub trait Header {
+    /// The header's name.
+    fn name(&self) -> &str;
+    /// The header's value.
+    fn value(&self) -> HeaderValueRef<'_>;
+}
+
+impl<N: AsRef<str>, V: AsHeaderValue> Header for (N, V) {
+    fn name(&self) -> &str {
+        self.0.as_ref()
+    }
+
+    fn value(&self) -> HeaderValueRef<'_> {
+        self.1.as_header_value()
+    }
+}
+
+/// One criterion: a header name and the value it must have, or `None` for "present". `V` is
+/// `String` for criteria of text, as before typed values, or [`HeaderValue`].
+pub type Criterion<V = String> = (String, Option<V>);
 
 /// A subscription as [`HeadersMatcher::subscriptions`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HeadersSubscription {
-    /// The criteria, sorted by name, one per name.
-    pub criteria: Vec<Criterion>,
+    /// The criteria, sorted by name, one per name; a top-level [`HeaderValue::Void`] given
+    /// as a value is listed as `None`.
+    pub criteria: Vec<Criterion<HeaderValue>>,
     /// How they combine.
     pub mode: MatchMode,
     /// Who subscribed.
@@ -167,8 +491,10 @@ thread_local! {
     static COUNTS: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A subscription's identity: its normalised criteria and its mode.
-type Key = (Vec<Criterion>, MatchMode);
+/// A subscription's identity: its normalised criteria and its mode. Values compare with
+/// [`HeaderValue`]'s [`Eq`], so `"a"` and `b"a"` make two subscriptions (as they make two
+/// RabbitMQ bindings, whose arguments keep their types) that match the same messages.
+type Key = (Vec<Criterion<HeaderValue>>, MatchMode);
 
 #[derive(Clone, Debug, Default)]
 struct State {
@@ -193,7 +519,59 @@ struct State {
 #[derive(Clone, Debug, Default)]
 struct Names {
     presence: Option<u32>,
-    values: HashMap<Box<str>, u32>,
+    /// String and byte-string values by their bytes, as the top level compares them, so a
+    /// text header is looked up without building a value.
+    text: HashMap<Box<[u8]>, u32>,
+    /// Every other value (never `Void`, which is the presence criterion).
+    other: HashMap<HeaderValue, u32>,
+}
+
+impl Names {
+    /// The criterion numbered for `value` (`None`: presence).
+    fn get(&self, value: Option<&HeaderValue>) -> Option<u32> {
+        match value {
+            None => self.presence,
+            Some(v) => self.probe(HeaderValueRef::Value(v)),
+        }
+    }
+
+    /// The value criterion that a header of value `value` meets, if any.
+    fn probe(&self, value: HeaderValueRef<'_>) -> Option<u32> {
+        match value.text() {
+            Some(b) => self.text.get(b).copied(),
+            None if self.other.is_empty() => None,
+            None => match value {
+                HeaderValueRef::Value(v) => self.other.get(v).copied(),
+                HeaderValueRef::Text(_) => None,
+            },
+        }
+    }
+
+    fn set(&mut self, value: Option<&HeaderValue>, c: Option<u32>) {
+        match (value, c) {
+            (None, c) => self.presence = c,
+            (Some(v), Some(c)) => match v.text() {
+                Some(b) => {
+                    self.text.insert(b.into(), c);
+                }
+                None => {
+                    self.other.insert(v.clone(), c);
+                }
+            },
+            (Some(v), None) => match v.text() {
+                Some(b) => {
+                    self.text.remove(b);
+                }
+                None => {
+                    self.other.remove(v);
+                }
+            },
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.presence.is_none() && self.text.is_empty() && self.other.is_empty()
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -211,38 +589,41 @@ struct Subscription {
     subscribers: Vec<SubscriberId>,
 }
 
-/// Sorts criteria by name, keeping the last value given for a name.
-fn normalise(criteria: &[Criterion]) -> Vec<Criterion> {
-    let mut map: HashMap<&str, &Option<String>> = HashMap::with_capacity(criteria.len());
+/// Sorts criteria by name, keeping the last value given for a name; a `Void` value is the
+/// presence criterion, `None`.
+fn normalise<V: AsHeaderValue>(criteria: &[Criterion<V>]) -> Vec<Criterion<HeaderValue>> {
+    let mut map: HashMap<&str, Option<&V>> = HashMap::with_capacity(criteria.len());
     for (name, value) in criteria {
-        map.insert(name, value);
+        map.insert(name, value.as_ref());
     }
-    let mut out: Vec<Criterion> = map
+    let mut out: Vec<Criterion<HeaderValue>> = map
         .into_iter()
-        .map(|(n, v)| (n.to_owned(), v.clone()))
+        .map(|(n, v)| {
+            let v = v
+                .map(|v| v.as_header_value().to_value())
+                .filter(|v| *v != HeaderValue::Void);
+            (n.to_owned(), v)
+        })
         .collect();
-    out.sort();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
 /// The message's headers as a map, a later value of a name replacing an earlier one.
-fn header_map<'a>(headers: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
+fn header_map<H: Header>(headers: &[H]) -> HashMap<&str, HeaderValueRef<'_>> {
     let mut map = HashMap::with_capacity(headers.len());
-    for &(name, value) in headers {
-        map.insert(name, value);
+    for h in headers {
+        map.insert(h.name(), h.value());
     }
     map
 }
 
 impl State {
-    /// The number of criterion `(name, value)`, created if new.
-    fn criterion(&mut self, name: &str, value: Option<&str>) -> u32 {
+    /// The number of criterion `(name, value)`, created if new. Values equal at the top
+    /// level (`"a"` and `b"a"`) share a number.
+    fn criterion(&mut self, name: &str, value: Option<&HeaderValue>) -> u32 {
         let names = self.by_name.entry(name.into()).or_default();
-        let existing = match value {
-            None => names.presence,
-            Some(v) => names.values.get(v).copied(),
-        };
-        if let Some(c) = existing {
+        if let Some(c) = names.get(value) {
             return c;
         }
         let c = match self.criteria_free.pop_first() {
@@ -252,17 +633,12 @@ impl State {
                 u32::try_from(self.criteria.len() - 1).expect("more than 2^32 criteria")
             }
         };
-        match value {
-            None => names.presence = Some(c),
-            Some(v) => {
-                names.values.insert(v.into(), c);
-            }
-        }
+        names.set(value, Some(c));
         c
     }
 
     /// Drops subscription `s` from criterion `(name, value)`, freeing it if unused.
-    fn release(&mut self, name: &str, value: Option<&str>, c: u32, s: u32) {
+    fn release(&mut self, name: &str, value: Option<&HeaderValue>, c: u32, s: u32) {
         let slot = &mut self.criteria[c as usize];
         slot.subscriptions.remove(s);
         if !slot.subscriptions.is_empty() {
@@ -270,13 +646,8 @@ impl State {
         }
         self.criteria_free.insert(c);
         if let Some(names) = self.by_name.get_mut(name) {
-            match value {
-                None => names.presence = None,
-                Some(v) => {
-                    names.values.remove(v);
-                }
-            }
-            if names.presence.is_none() && names.values.is_empty() {
+            names.set(value, None);
+            if names.is_empty() {
                 self.by_name.remove(name);
             }
         }
@@ -298,7 +669,7 @@ impl State {
                 let mut counted = Vec::new();
                 for (name, value) in &key.0 {
                     if mode.counts(name) {
-                        let c = self.criterion(name, value.as_deref());
+                        let c = self.criterion(name, value.as_ref());
                         self.criteria[c as usize].subscriptions.insert(s);
                         counted.push(c);
                     }
@@ -357,7 +728,7 @@ impl State {
         for (name, value) in &slot.key.0 {
             if mode.counts(name) {
                 let c = *counted.next().expect("one number per counted criterion");
-                self.release(name, value.as_deref(), c, s);
+                self.release(name, value.as_ref(), c, s);
             }
         }
         self.free.insert(s);
@@ -395,7 +766,7 @@ impl State {
     /// Counts go into a per-thread array indexed by subscription number, reset after use, so
     /// counting costs one array access per bit walked (a hash map cost ten times more at
     /// 100,000 subscriptions); the array grows to the largest number of subscriptions seen.
-    fn count(&self, headers: &[(&str, &str)]) -> Vec<(u32, u32)> {
+    fn count<H: Header>(&self, headers: &[H]) -> Vec<(u32, u32)> {
         COUNTS.with(|cell| {
             let mut counts = cell.borrow_mut();
             if counts.len() < self.slots.len() {
@@ -406,10 +777,7 @@ impl State {
                 let Some(names) = self.by_name.get(name) else {
                     continue;
                 };
-                let selected = names
-                    .presence
-                    .into_iter()
-                    .chain(names.values.get(value).copied());
+                let selected = names.presence.into_iter().chain(names.probe(value));
                 for c in selected {
                     for s in &self.criteria[c as usize].subscriptions {
                         let n = &mut counts[s as usize];
@@ -433,7 +801,7 @@ impl State {
             .expect("counted subscription")
     }
 
-    fn lookup(&self, headers: &[(&str, &str)]) -> Vec<SubscriberId> {
+    fn lookup<H: Header>(&self, headers: &[H]) -> Vec<SubscriberId> {
         let mut out: Vec<SubscriberId> = Vec::new();
         for (s, hits) in self.count(headers) {
             if hits >= self.needs[s as usize] {
@@ -448,7 +816,7 @@ impl State {
         out
     }
 
-    fn hits(&self, headers: &[(&str, &str)]) -> Vec<(SubscriberId, u32)> {
+    fn hits<H: Header>(&self, headers: &[H]) -> Vec<(SubscriberId, u32)> {
         let mut best: HashMap<SubscriberId, u32> = HashMap::new();
         for (s, hits) in self.count(headers) {
             for &id in &self.slot(s).subscribers {
@@ -471,14 +839,24 @@ impl HeadersMatcher {
     }
 
     /// Adds the subscription `(criteria, mode)` for `id`; `true` if it was not there. A name
-    /// given twice keeps its last value.
-    pub fn subscribe(&self, criteria: &[Criterion], id: SubscriberId, mode: MatchMode) -> bool {
+    /// given twice keeps its last value. Values are `String`s or [`HeaderValue`]s.
+    pub fn subscribe<V: AsHeaderValue>(
+        &self,
+        criteria: &[Criterion<V>],
+        id: SubscriberId,
+        mode: MatchMode,
+    ) -> bool {
         let key = Arc::new((normalise(criteria), mode));
         self.state.write(|s| s.subscribe(&key, id))
     }
 
     /// Removes the subscription `(criteria, mode)` of `id`; `true` if it was there.
-    pub fn unsubscribe(&self, criteria: &[Criterion], id: SubscriberId, mode: MatchMode) -> bool {
+    pub fn unsubscribe<V: AsHeaderValue>(
+        &self,
+        criteria: &[Criterion<V>],
+        id: SubscriberId,
+        mode: MatchMode,
+    ) -> bool {
         let key = (normalise(criteria), mode);
         self.state.write(|s| s.unsubscribe(&key, id))
     }
@@ -489,14 +867,14 @@ impl HeadersMatcher {
     }
 
     /// The subscribers with a subscription that the message's `headers` satisfy, sorted, each
-    /// once.
-    pub fn lookup(&self, headers: &[(&str, &str)]) -> Vec<SubscriberId> {
+    /// once. Headers are `(name, value)` pairs: `(&str, &str)`, `(&str, HeaderValue)`, ...
+    pub fn lookup<H: Header>(&self, headers: &[H]) -> Vec<SubscriberId> {
         self.state.read(|s| s.lookup(headers))
     }
 
     /// Per subscriber with at least one hit, its best hit count (see the module docs), sorted
     /// by subscriber.
-    pub fn hits(&self, headers: &[(&str, &str)]) -> Vec<(SubscriberId, u32)> {
+    pub fn hits<H: Header>(&self, headers: &[H]) -> Vec<(SubscriberId, u32)> {
         self.state.read(|s| s.hits(headers))
     }
 
@@ -582,7 +960,7 @@ mod tests {
         m.subscribe(&c(&[("x-tenant", Some("a"))]), 2, MatchMode::All);
         m.subscribe(&c(&[]), 3, MatchMode::Any);
         m.subscribe(&c(&[("x-tenant", Some("a"))]), 4, MatchMode::Any);
-        assert_eq!(m.lookup(&[]), vec![1, 2]);
+        assert_eq!(m.lookup::<(&str, &str)>(&[]), vec![1, 2]);
         assert_eq!(m.lookup(&[("x-tenant", "b")]), vec![1, 2]);
         assert!(m.hits(&[("x-tenant", "a")]).is_empty());
     }
@@ -630,7 +1008,10 @@ mod tests {
             m.lookup(&[("k", "2"), ("k", "1")]),
             Vec::<SubscriberId>::new()
         );
-        assert_eq!(m.subscriptions()[0].criteria, c(&[("k", Some("2"))]));
+        assert_eq!(
+            m.subscriptions()[0].criteria,
+            vec![("k".to_string(), Some(HeaderValue::from("2")))]
+        );
     }
 
     #[test]
@@ -672,5 +1053,100 @@ mod tests {
             assert_eq!(mode.name().parse::<MatchMode>().unwrap(), mode);
         }
         assert!("ALL".parse::<MatchMode>().is_err());
+    }
+
+    fn t(pairs: &[(&str, Option<HeaderValue>)]) -> Vec<Criterion<HeaderValue>> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn equal_values_hash_alike_and_order_agrees() {
+        use HeaderValue as V;
+        let pairs = [
+            (V::Float(f64::NAN), V::Float(-f64::NAN), true),
+            (
+                V::Float(f64::NAN),
+                V::Float(f64::from_bits(0x7ff0_0000_0000_0001)),
+                true,
+            ),
+            (V::Float(0.0), V::Float(-0.0), false),
+            (V::Int(1), V::Float(1.0), false),
+            (V::Int(1), V::Bool(true), false),
+            (V::Str("a".into()), V::Bytes(b"a".to_vec()), false),
+            (
+                V::Table(vec![("a".into(), V::Int(1)), ("b".into(), V::Int(2))]),
+                V::Table(vec![("b".into(), V::Int(2)), ("a".into(), V::Int(1))]),
+                false,
+            ),
+            (V::Array(vec![V::Void]), V::Array(vec![V::Void]), true),
+        ];
+        let state = std::collections::hash_map::RandomState::new();
+        for (a, b, equal) in pairs {
+            assert_eq!(a == b, equal, "{a:?} == {b:?}");
+            assert_eq!(a.cmp(&b) == Ordering::Equal, equal, "{a:?} cmp {b:?}");
+            if equal {
+                use std::hash::BuildHasher;
+                assert_eq!(state.hash_one(&a), state.hash_one(&b));
+            }
+        }
+    }
+
+    #[test]
+    fn top_level_strings_equal_byte_strings_nested_ones_do_not() {
+        use HeaderValue as V;
+        assert!(V::from("a").header_eq(&V::from(&b"a"[..])));
+        assert!(!V::from("\u{ff}").header_eq(&V::from(&b"\xff"[..])));
+        let nested = |v: V| V::Array(vec![v]);
+        assert!(!nested(V::from("a")).header_eq(&nested(V::from(&b"a"[..]))));
+
+        let m = HeadersMatcher::new();
+        m.subscribe(&t(&[("k", Some(V::from(&b"a"[..])))]), 1, MatchMode::All);
+        m.subscribe(&t(&[("k", Some(V::from("a")))]), 2, MatchMode::All);
+        m.subscribe(&t(&[("k", Some(nested(V::from("a"))))]), 3, MatchMode::All);
+        assert_eq!(m.lookup(&[("k", "a")]), vec![1, 2]);
+        assert_eq!(m.lookup(&[("k", V::from(&b"a"[..]))]), vec![1, 2]);
+        assert_eq!(
+            m.lookup(&[("k", nested(V::from(&b"a"[..])))]),
+            Vec::<u32>::new()
+        );
+        assert_eq!(m.lookup(&[("k", nested(V::from("a")))]), vec![3]);
+        // Two subscriptions sharing one criterion: dropping one keeps the other.
+        assert!(m.unsubscribe(&t(&[("k", Some(V::from("a")))]), 2, MatchMode::All));
+        assert_eq!(m.lookup(&[("k", "a")]), vec![1]);
+    }
+
+    #[test]
+    fn void_is_presence_as_a_criterion_and_a_present_header_in_a_message() {
+        use HeaderValue as V;
+        let m = HeadersMatcher::new();
+        assert!(m.subscribe(&t(&[("k", Some(V::Void))]), 1, MatchMode::All));
+        assert!(!m.subscribe(&t(&[("k", None)]), 1, MatchMode::All));
+        m.subscribe(&t(&[("k", Some(V::Int(0)))]), 2, MatchMode::All);
+        assert_eq!(m.lookup(&[("k", V::Void)]), vec![1]);
+        assert_eq!(m.lookup(&[("k", V::Int(0))]), vec![1, 2]);
+        assert_eq!(m.subscriptions()[0].criteria, t(&[("k", None)]));
+    }
+
+    #[test]
+    fn typed_writes_free_everything() {
+        use HeaderValue as V;
+        let m = HeadersMatcher::new();
+        let crit = t(&[
+            ("a", Some(V::Int(5))),
+            ("b", Some(V::Float(f64::NAN))),
+            ("c", Some(V::Table(vec![("x".into(), V::Array(vec![]))]))),
+            ("d", Some(V::Bytes(vec![0xff]))),
+        ]);
+        assert!(m.subscribe(&crit, 1, MatchMode::Any));
+        assert_eq!(m.lookup(&[("b", V::Float(-f64::NAN))]), vec![1]);
+        assert!(m.unsubscribe(&crit, 1, MatchMode::Any));
+        assert!(m.is_empty());
+        m.state.read(|s| {
+            assert!(s.by_name.is_empty());
+            assert_eq!(s.criteria_free.len(), s.criteria.len());
+        });
     }
 }

@@ -43,7 +43,10 @@ mod headers;
 mod inverted;
 mod level;
 
-pub use headers::{Criterion, HeadersMatcher, HeadersSubscription, MatchMode};
+pub use headers::{
+    AsHeaderValue, Criterion, Header, HeaderValue, HeaderValueRef, HeadersMatcher,
+    HeadersSubscription, MatchMode,
+};
 pub use inverted::{InvertedBitmap, DEFAULT_CACHE_SIZE};
 pub use level::{LevelBitmap, MAX_LEVELS};
 
