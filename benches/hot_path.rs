@@ -8,6 +8,11 @@
 //! - `has_interest_str` beside `lookup_str`, here and on a topic of 10,000 subscribers (where
 //!   a lookup gathers them all and `has_interest` need not),
 //!
+//! - `Grouped<Cached<CSTrie>>`, what every Python matcher is (shared subscriptions in front),
+//!   with no group, beside `Cached<CSTrie>`; and on the fan-out, `Grouped<CSTrie>` with no
+//!   group and with one group of 3 members among the 10,000 (its lookup takes the group's id
+//!   out of the answer and puts a member in),
+//!
 //! on the seed's hot matcher: 1,000 random 5-word patterns plus `foo.*.baz.qux.quux`, looked up
 //! with `foo.bar.baz.qux.quux`. `cargo bench --bench hot_path -- --quick`.
 
@@ -15,7 +20,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use topicmatch::{CSTrie, Cached, Dialect, Matcher, SubscriberId, Trie};
+use topicmatch::{CSTrie, Cached, Dialect, Grouped, Matcher, SubscriberId, Trie};
 
 mod workload;
 
@@ -43,6 +48,10 @@ fn subjects() -> Vec<(&'static str, Box<dyn Matcher>)> {
         (
             "Cached<CSTrie>",
             Box::new(hot(Cached::new(CSTrie::new(DIALECT), 16_384))),
+        ),
+        (
+            "Grouped<Cached<CSTrie>>",
+            Box::new(hot(Grouped::new(Cached::new(CSTrie::new(DIALECT), 16_384)))),
         ),
     ]
 }
@@ -82,9 +91,18 @@ fn hot_path(c: &mut Criterion) {
 
     // A topic of 10,000 subscribers, each on its own pattern of three kinds.
     let mut g = c.benchmark_group("fan-out of 10,000");
+    let one_group = Grouped::new(CSTrie::new(DIALECT));
+    for member in 10_000..10_003 {
+        one_group.join("workers", "news.#", member).unwrap();
+    }
     let wide: Vec<(&str, Box<dyn Matcher>)> = vec![
         ("Trie", Box::new(Trie::new(DIALECT))),
         ("CSTrie", Box::new(CSTrie::new(DIALECT))),
+        (
+            "Grouped<CSTrie>",
+            Box::new(Grouped::new(CSTrie::new(DIALECT))),
+        ),
+        ("Grouped<CSTrie>, one group", Box::new(one_group)),
     ];
     let hot = "news.sports.live";
     for (name, m) in &wide {

@@ -170,6 +170,11 @@ impl Dialect {
                 if let Some(at) = text.bytes().position(|b| b" \t\r\n\x0c".contains(&b)) {
                     return fail(at, "NATS subjects contain no white space");
                 }
+                // The server's rune check (`isValidSubject` with `checkRunes`) and the NATS
+                // documentation's "any ASCII character except null".
+                if let Some(at) = text.bytes().position(|b| b == 0) {
+                    return fail(at, "NATS subjects contain no NUL character");
+                }
                 for (at, word) in self.split(text) {
                     if word.is_empty() {
                         return fail(at, "NATS subjects have no empty tokens");
@@ -254,7 +259,7 @@ impl Dialect {
         let banned = |b: u8| match self {
             Dialect::Amqp => false,
             Dialect::Mqtt => matches!(b, 0 | b'+' | b'#'),
-            Dialect::Nats => matches!(b, b' ' | b'\t' | b'\r' | b'\n' | b'\x0c'),
+            Dialect::Nats => matches!(b, 0 | b' ' | b'\t' | b'\r' | b'\n' | b'\x0c'),
         };
         // A word NATS cannot publish to: empty, or a wildcard.
         let bad_word = |w: &str| self == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");

@@ -123,3 +123,18 @@ fn every_matcher_agrees_with_the_brokers() {
         }
     }
 }
+
+/// nats-server's rune check (`isValidSubject` with `checkRunes`, `TestSublistValidSubjects`)
+/// and the NATS documentation ("any ASCII character except null"): a NUL anywhere in a subject
+/// or pattern is invalid. The tables cannot hold it (their field encoding has no NUL).
+#[test]
+fn nats_rejects_nul_as_its_rune_check_does() {
+    let d = Dialect::Nats;
+    for text in ["foo\0bar", "\0", "foo.\0", "foo.*.\0bar", "foo.>\0"] {
+        assert!(d.check_pattern(text).is_err(), "{text:?} as a pattern");
+    }
+    for text in ["foo\0bar", "\0", "foo.\0"] {
+        assert!(d.parse_topic(text).is_err(), "{text:?} as a subject");
+    }
+    assert!(d.check_pattern("foo.bar").is_ok());
+}

@@ -1,11 +1,11 @@
-//! Several threads hammer one `CSTrie` with subscribe, unsubscribe, lookup and snapshot on a
-//! two-word alphabet with `#` and `*` patterns, so they collide all the time. Every operation's
-//! invocation and response are stamped from one global counter, and each short round of the
-//! history (the threads meet at a barrier between rounds) is checked for linearizability
-//! against the sequential oracle with a Wing–Gong search: some order of the round's operations
-//! that respects real time must give every operation the result it got and end in the state
-//! the trie is in. The witness orders are replayed on a `NaiveMatcher`, which must end equal to
-//! the trie. A snapshot counts as an operation whose result is its whole content.
+//! Several threads hammer one `CSTrie` with subscribe, unsubscribe, lookup, `has_interest` and
+//! snapshot on a two-word alphabet with `#` and `*` patterns, so they collide all the time.
+//! Every operation's invocation and response are stamped from one global counter, and each short
+//! round of the history (the threads meet at a barrier between rounds) is checked for
+//! linearizability against the sequential oracle with a Wing–Gong search: some order of the round's
+//! operations that respects real time must give every operation the result it got and end in the
+//! state the trie is in. The witness orders are replayed on a `NaiveMatcher`, which must end equal
+//! to the trie. A snapshot counts as an operation whose result is its whole content.
 //!
 //! The same check runs on a `Cached<CSTrie>` with a result cache of 8 entries over 15 topics
 //! (so entries are evicted) that stores on every miss, with fewer writes so that generations
@@ -58,6 +58,8 @@ enum Op {
     Sub(usize, u32),
     Unsub(usize, u32),
     Lookup(usize),
+    /// `has_interest` of a topic.
+    Interest(usize),
     Snapshot,
 }
 
@@ -159,6 +161,12 @@ impl World {
                 let was = has(&s, b);
                 s[b / 64] &= !(1 << (b % 64));
                 Ret::Bool(was)
+            }
+            Op::Interest(t) => {
+                let (_, Ret::Subs(subs)) = self.apply(&s, Op::Lookup(t)) else {
+                    unreachable!("a lookup returns subscribers")
+                };
+                Ret::Bool(subs != 0)
             }
             Op::Lookup(t) => {
                 let mut subs = 0u8;
@@ -327,8 +335,10 @@ fn check_histories<T: Subject>(trie: Arc<T>, writes: usize, run: u64) -> usize {
                             Op::Sub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
                         } else if roll < writes {
                             Op::Unsub(rng.below(np), rng.below(SUBSCRIBERS as usize) as u32)
-                        } else if roll < 19 {
+                        } else if roll < 17 {
                             Op::Lookup(rng.below(world.topics.len()))
+                        } else if roll < 19 {
+                            Op::Interest(rng.below(world.topics.len()))
                         } else {
                             Op::Snapshot
                         };
@@ -339,6 +349,9 @@ fn check_histories<T: Subject>(trie: Arc<T>, writes: usize, run: u64) -> usize {
                             Op::Lookup(ti) => {
                                 let ids = trie.lookup_str(&world.topics[ti]).unwrap();
                                 Ret::Subs(ids.iter().fold(0, |m, &id| m | 1 << id))
+                            }
+                            Op::Interest(ti) => {
+                                Ret::Bool(trie.has_interest_str(&world.topics[ti]).unwrap())
                             }
                             Op::Snapshot => {
                                 let snap = trie.snap();
@@ -431,7 +444,7 @@ fn check_histories<T: Subject>(trie: Arc<T>, writes: usize, run: u64) -> usize {
                 Op::Unsub(p, id) => {
                     assert_eq!(Ret::Bool(oracle.unsubscribe(&world.patterns[p], id)), e.ret)
                 }
-                Op::Lookup(_) | Op::Snapshot => {}
+                Op::Lookup(_) | Op::Interest(_) | Op::Snapshot => {}
             }
         }
     }

@@ -594,6 +594,14 @@ fn dedup_live(live: &mut Lives<'_>, seen: &mut Seen) {
     }
 }
 
+/// What a lookup attempt gathers at the end of the topic.
+enum Gather<'a> {
+    /// Every subscriber of every live prefix.
+    Ids(&'a mut Vec<SubscriberId>),
+    /// Whether any live prefix has a subscriber.
+    Any(&'a mut bool),
+}
+
 /// A live pattern prefix during a lookup.
 #[derive(Clone, Copy)]
 struct Live<'g> {
@@ -661,13 +669,14 @@ impl CSTrie {
     }
 
     /// One lookup attempt from `root`: the subscribers of every live prefix at the end of the
-    /// topic, possibly repeated. Follows `Trie::collect` step by step.
+    /// topic, possibly repeated, go to `out`; or, for `has_interest`, only whether there is
+    /// one. Follows `Trie::collect` step by step.
     fn collect<'g>(
         &self,
         root: &'g INode,
         topic: &Topic<'_>,
         reads: &mut Reads<'g>,
-        out: &mut Vec<SubscriberId>,
+        out: &mut Gather<'_>,
         guard: &'g Guard,
     ) {
         let zero_or_more = self.dialect.many_min() == 0;
@@ -731,8 +740,15 @@ impl CSTrie {
                 return;
             }
         }
-        for p in live.iter() {
-            p.subs.for_each(&mut |id| out.push(id));
+        match out {
+            Gather::Ids(out) => {
+                for p in live.iter() {
+                    p.subs.for_each(&mut |id| out.push(id));
+                }
+            }
+            // The walk is the same, so the same reads are checked; what a topic of many
+            // subscribers saves is gathering them (and deduplicating them after).
+            Gather::Any(found) => **found = live.iter().any(|p| !p.subs.is_empty()),
         }
     }
 
@@ -861,7 +877,7 @@ impl Matcher for CSTrie {
             for _ in 0..attempts {
                 reads.clear();
                 let root = self.rdcss_read_root(false, guard);
-                self.collect(root, topic, &mut reads, out, guard);
+                self.collect(root, topic, &mut reads, &mut Gather::Ids(out), guard);
                 // A read-only trie is frozen: one pass is consistent.
                 if self.read_only || self.unchanged(root, &reads, guard) {
                     dedup_from(out, start);
@@ -871,6 +887,26 @@ impl Matcher for CSTrie {
             }
         }
         self.snapshot().lookup_into(topic, out);
+    }
+
+    /// The lookup's walk and double collect, stopping short of gathering the subscribers.
+    fn has_interest(&self, topic: &Topic<'_>) -> bool {
+        assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
+        {
+            let guard = &self.pin();
+            let mut reads = Reads::new();
+            let attempts = if self.read_only { 1 } else { LOOKUP_ATTEMPTS };
+            for _ in 0..attempts {
+                reads.clear();
+                let mut found = false;
+                let root = self.rdcss_read_root(false, guard);
+                self.collect(root, topic, &mut reads, &mut Gather::Any(&mut found), guard);
+                if self.read_only || self.unchanged(root, &reads, guard) {
+                    return found;
+                }
+            }
+        }
+        self.snapshot().has_interest(topic)
     }
 
     /// Finds the patterns of `id` on a snapshot and unsubscribes each: pairs of `id` added

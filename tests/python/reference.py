@@ -29,7 +29,7 @@ def valid_pattern(dialect: str, text: str) -> bool:
             if w not in ("+", "#") and ("+" in w or "#" in w):
                 return False
     if dialect == "nats":
-        if not text or any(c in text for c in " \t\r\n\f") or "" in ws:
+        if not text or any(c in text for c in " \t\r\n\f\0") or "" in ws:
             return False
         if ">" in ws[:-1]:
             return False
