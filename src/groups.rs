@@ -63,13 +63,24 @@ pub enum Subscription<'a> {
 /// least one character without `/`, `+` or `#`, then `/` and a valid filter). Every other text
 /// is a plain pattern, checked as such.
 pub fn parse_subscription(dialect: Dialect, text: &str) -> Result<Subscription<'_>> {
-    let rest = match text.strip_prefix(SHARE_PREFIX) {
-        Some(rest) if dialect == Dialect::Mqtt => rest,
-        _ => {
+    match shared_parts(dialect, text) {
+        Some(parts) => parts.map(|(group, filter)| Subscription::Shared { group, filter }),
+        None => {
             dialect.check_pattern(text)?;
-            return Ok(Subscription::Plain(text));
+            Ok(Subscription::Plain(text))
         }
-    };
+    }
+}
+
+/// The group and filter of a `$share/` subscription, checked; `None` for text that is not one
+/// (left unchecked: the matcher behind checks it as it parses it, so a plain write pays for
+/// one check, not two).
+fn shared_parts(dialect: Dialect, text: &str) -> Option<Result<(&str, &str)>> {
+    let rest = text.strip_prefix(SHARE_PREFIX)?;
+    (dialect == Dialect::Mqtt).then(|| shared_rest(dialect, text, rest))
+}
+
+fn shared_rest<'t>(dialect: Dialect, text: &'t str, rest: &'t str) -> Result<(&'t str, &'t str)> {
     let fail =
         |at: usize, why: &str| Error::InvalidPattern(Invalid::new(Some(dialect), text, at, why));
     let Some((group, filter)) = rest.split_once('/') else {
@@ -94,7 +105,7 @@ pub fn parse_subscription(dialect: Dialect, text: &str) -> Result<Subscription<'
         Error::InvalidPattern(i) => fail(filter_at + i.position, &i.reason),
         other => other,
     })?;
-    Ok(Subscription::Shared { group, filter })
+    Ok((group, filter))
 }
 
 /// Checks a subscription as [`Grouped::subscribe_in`] takes it: `text` and, if given, the
@@ -411,10 +422,11 @@ impl<M: Matcher> Grouped<M> {
         }
         let table = self.read();
         let plain = out.len() - start;
-        // Checking each chosen member against the answer is a scan; past a few thousand
-        // comparisons a set of the answer is cheaper.
+        // Checking each chosen member against the answer is a scan of packed integers (a few
+        // microseconds at 10,000); a set of the answer costs tens of them to build, so it
+        // pays only for many groups in one answer.
         let seen: Option<HashSet<SubscriberId>> =
-            (plain * gids.len() > 4096).then(|| out[start..].iter().copied().collect());
+            (gids.len() > 64 && plain > 64).then(|| out[start..].iter().copied().collect());
         for gid in gids {
             let Some(member) = table.groups.get(&gid).and_then(Group::next_member) else {
                 continue;
@@ -442,9 +454,8 @@ fn check_subscriber(id: SubscriberId) {
 /// that MQTT 5 rejects (it parses as an ordinary filter) is a programming error here, as a
 /// pattern of another dialect is: [`Matcher::subscribe_str`] returns the error instead.
 fn shared(pattern: &Pattern) -> Option<(&str, &str)> {
-    match parse_subscription(pattern.dialect(), pattern.text()) {
-        Ok(Subscription::Plain(_)) => None,
-        Ok(Subscription::Shared { group, filter }) => Some((group, filter)),
+    match shared_parts(pattern.dialect(), pattern.text())? {
+        Ok(parts) => Some(parts),
         Err(e) => panic!("{e}: subscribe_str checks shared subscriptions"),
     }
 }
@@ -492,30 +503,30 @@ impl<M: Matcher> Matcher for Grouped<M> {
 
     fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
         check_subscriber(id);
-        match parse_subscription(self.dialect(), pattern)? {
-            Subscription::Plain(text) => self.inner.subscribe_str(text, id),
-            Subscription::Shared { group, filter } => self.join(group, filter, id),
+        match shared_parts(self.dialect(), pattern) {
+            None => self.inner.subscribe_str(pattern, id),
+            Some(parts) => parts.and_then(|(group, filter)| self.join(group, filter, id)),
         }
     }
 
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
-        match parse_subscription(self.dialect(), pattern)? {
-            Subscription::Plain(text) => self.inner.unsubscribe_str(text, id),
-            Subscription::Shared { group, filter } => self.leave(group, filter, id),
+        match shared_parts(self.dialect(), pattern) {
+            None => self.inner.unsubscribe_str(pattern, id),
+            Some(parts) => parts.and_then(|(group, filter)| self.leave(group, filter, id)),
         }
     }
 
     fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
-        match parse_subscription(self.dialect(), pattern) {
-            Ok(Subscription::Plain(text)) => self.inner.contains(text, id),
-            Ok(Subscription::Shared { group, filter }) => {
+        match shared_parts(self.dialect(), pattern) {
+            None => self.inner.contains(pattern, id),
+            Some(Ok((group, filter))) => {
                 let table = self.read();
                 table
                     .ids
                     .get(&(Arc::from(group), Arc::from(filter)))
                     .is_some_and(|gid| table.groups[gid].members.contains(&id))
             }
-            Err(_) => false,
+            Some(Err(_)) => false,
         }
     }
 

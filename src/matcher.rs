@@ -204,12 +204,20 @@ std::thread_local! {
 }
 
 /// Deduplicates `out[start..]` keeping the first of each id, by marking; `false` (and
-/// nothing done) when an id is too large for the bitmap.
+/// nothing done) when more than a few ids are too large for the bitmap. The few are compared
+/// among themselves: a shared-subscription group's id (bit 31 set, see `groups.rs`) in a
+/// fan-out of thousands must not send the whole answer to the sort.
 fn dedup_marked(out: &mut Vec<SubscriberId>, start: usize) -> bool {
-    let Some(&max) = out[start..].iter().max() else {
-        return true;
-    };
-    if max >= MARK_IDS {
+    let mut max = 0;
+    let mut large = 0;
+    for &id in &out[start..] {
+        if id >= MARK_IDS {
+            large += 1;
+        } else {
+            max = max.max(id);
+        }
+    }
+    if large > SORT_MAX {
         return false;
     }
     MARKS.with(|marks| {
@@ -218,19 +226,32 @@ fn dedup_marked(out: &mut Vec<SubscriberId>, start: usize) -> bool {
         if marks.len() < words {
             marks.resize(words, 0);
         }
+        let mut kept_large: smallvec::SmallVec<[SubscriberId; 4]> = smallvec::SmallVec::new();
         let mut keep = start;
         for i in start..out.len() {
             let id = out[i];
-            let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
-            if marks[word] & bit == 0 {
+            let first = if id >= MARK_IDS {
+                let first = !kept_large.contains(&id);
+                if first {
+                    kept_large.push(id);
+                }
+                first
+            } else {
+                let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
+                let first = marks[word] & bit == 0;
                 marks[word] |= bit;
+                first
+            };
+            if first {
                 out[keep] = id;
                 keep += 1;
             }
         }
         out.truncate(keep);
         for &id in &out[start..] {
-            marks[id as usize / 64] = 0;
+            if id < MARK_IDS {
+                marks[id as usize / 64] = 0;
+            }
         }
     });
     true
