@@ -38,7 +38,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: all venv build wheel java test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
 .PHONY: test-fuzz-rust test-fuzz-python soak soak-rust soak-python valgrind leak-check miri
-.PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3
+.PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3 bench-amqtt
 
 # Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
 FUZZ_TARGETS := parse differential
@@ -137,6 +137,13 @@ bench-abi3: wheel
 		--auditwheel check --out $(WHEEL_TARGET)-cp311/dist
 	$(BIN)/python benches/python/abi3_cost.py $(WHEEL) $(WHEEL_TARGET)-cp311/dist/*.whl
 
+# amqtt 0.12.1 against amqtt routed by topicmatch (examples/amqtt_topicmatch): end to end and
+# the routing step alone at 1,000 and 10,000 subscriptions; two to four minutes
+# (AMQTT_BENCH_ARGS=--quick: under a minute).
+AMQTT_BENCH_ARGS ?=
+bench-amqtt: build
+	$(BIN)/python benches/python/amqtt_routing.py $(AMQTT_BENCH_ARGS)
+
 # cargo fuzz needs unstable flags; RUSTC_BOOTSTRAP=1 lets the stable compiler take them.
 # Each run writes new inputs to target/fuzz-corpus/ and reads the committed fuzz/corpus/;
 # a crash fails the run and leaves its input in fuzz/artifacts/ (copy it to fuzz/regressions/).
@@ -228,8 +235,8 @@ lint: build
 	cargo clippy --all-targets --features python -- -D warnings
 	RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=$(LOOM_TARGET) \
 		cargo clippy --release --lib --tests -- -D warnings
-	$(BIN)/ruff check python tests benches fuzz/python
-	$(BIN)/ruff format --check python tests benches fuzz/python
+	$(BIN)/ruff check python tests benches fuzz/python examples
+	$(BIN)/ruff format --check python tests benches fuzz/python examples
 	$(BIN)/python -m mypy.stubtest topicmatch._core
 
 # The main job on local Spark: generate a sample, route it with `topicmatch route`, print the
