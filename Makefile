@@ -36,7 +36,7 @@ LOOM_MAX_PREEMPTIONS ?= 4
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: all venv build wheel java test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
+.PHONY: all venv build wheel java chromium test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
 .PHONY: test-fuzz-rust test-fuzz-python soak soak-rust soak-python valgrind leak-check miri
 .PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3 bench-amqtt
 
@@ -76,10 +76,10 @@ $(VENV)/.dist: $(VENV)/.deps pyproject.toml
 # spark and fuzz extras: the bench extra (the Python peers and matplotlib, about 30 s to install)
 # lets the tests that check each peer's answers against ours run in CI; the spark extra
 # (PySpark, pyarrow, pandas) serves the Spark tests and `make demo`; the fuzz extra (atheris)
-# the Python API's fuzz harness in `make test-fuzz`.
+# the Python API's fuzz harness in `make test-fuzz`; the example extra the Mercure hub example.
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) CARGO_TARGET_DIR=$(MATURIN_TARGET) \
-		$(BIN)/maturin develop --release --extras test,lint,bench,spark,fuzz --quiet
+		$(BIN)/maturin develop --release --extras test,lint,bench,spark,fuzz,example --quiet
 
 test: build test-rust test-loom test-python test-fuzz test-dist
 
@@ -98,7 +98,13 @@ java:
 		echo "java not found: installing openjdk-17-jre-headless"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
 
-test-python: build java
+# Headless Chromium for the Mercure hub's demo-page test, from Debian when missing, as Java.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "chromium not found: installing it"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+test-python: build java chromium
 	$(BIN)/python -m pytest -q tests/python
 
 # A release wheel for CPython 3.11 and later (abi3), tagged manylinux2014 with the audit passing,
