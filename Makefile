@@ -38,7 +38,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: all venv build wheel java chromium test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
 .PHONY: test-fuzz-rust test-fuzz-python soak soak-rust soak-python valgrind leak-check miri
-.PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3 bench-amqtt
+.PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3 bench-amqtt bench-mercure
 
 # Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
 FUZZ_TARGETS := parse differential
@@ -149,6 +149,14 @@ bench-abi3: wheel
 AMQTT_BENCH_ARGS ?=
 bench-amqtt: build
 	$(BIN)/python benches/python/amqtt_routing.py $(AMQTT_BENCH_ARGS)
+
+# The Mercure hub (examples/mercure_hub) with SelectorIndex against the brute-force loop, at 500,
+# 2,000 and 5,000 SSE connections, with the plot of latency against connections; a few minutes
+# (MERCURE_BENCH_ARGS=--quick: 500 connections, seconds; --shape narrow: one recipient each).
+MERCURE_BENCH_ARGS ?=
+bench-mercure: build
+	mkdir -p bench-out
+	$(BIN)/python benches/python/mercure_hub.py --plot bench-out/mercure_hub.png $(MERCURE_BENCH_ARGS)
 
 # cargo fuzz needs unstable flags; RUSTC_BOOTSTRAP=1 lets the stable compiler take them.
 # Each run writes new inputs to target/fuzz-corpus/ and reads the committed fuzz/corpus/;
