@@ -434,26 +434,34 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         answer
     }
 
-    /// Every `(group, filter, subscriber)` membership.
-    pub(crate) fn group_subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    /// Every membership as Python objects `[group, filter, subscriber]`, read under an epoch
+    /// guard (so no id is released and reused meanwhile).
+    fn memberships<'py>(&self, py: Python<'py>) -> PyResult<Vec<[Bound<'py, PyAny>; 3]>> {
         let guard = crossbeam_epoch::pin();
-        let triples = self
+        let objects = self
             .core
             .group_subscriptions()
             .into_iter()
             .filter_map(|(group, filter, id)| Some((group, filter, self.registry.object(py, id)?)))
             .map(|(group, filter, o)| {
-                PyTuple::new(
-                    py,
-                    [
-                        group.into_pyobject(py)?.into_any(),
-                        filter.into_pyobject(py)?.into_any(),
-                        o,
-                    ],
-                )
+                Ok([
+                    group.into_pyobject(py)?.into_any(),
+                    filter.into_pyobject(py)?.into_any(),
+                    o,
+                ])
             })
-            .collect::<PyResult<Vec<_>>>()?;
+            .collect();
         drop(guard);
+        objects
+    }
+
+    /// Every `(group, filter, subscriber)` membership.
+    pub(crate) fn group_subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let triples = self
+            .memberships(py)?
+            .into_iter()
+            .map(|triple| PyTuple::new(py, triple))
+            .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, triples)
     }
 
@@ -527,12 +535,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         // Plain pairs, then memberships as (pattern, subscriber, group) triples, which the
         // constructor's `subscribe_many` takes back.
         let subscriptions = self.subscriptions(py)?;
-        for triple in self.group_subscriptions(py)?.iter() {
-            let (group, filter, subscriber): (
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-                Bound<'_, PyAny>,
-            ) = triple.extract()?;
+        for [group, filter, subscriber] in self.memberships(py)? {
             subscriptions.append(PyTuple::new(py, [filter, subscriber, group])?)?;
         }
         let mut args = vec![
