@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use topicmatch::{
-    CSTrie, Dialect, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Pattern, Topic, Trie,
+    CSTrie, Dialect, InvertedBitmap, LazyDfa, LevelBitmap, Matcher, NaiveMatcher, Pattern, Topic,
+    Trie,
 };
 
 #[path = "workload.rs"]
@@ -34,15 +35,18 @@ const MATCHERS: &[(&str, Make)] = &[
     ("NaiveMatcher", |d| Box::new(NaiveMatcher::new(d))),
     ("Trie", |d| Box::new(Trie::new(d))),
     ("CSTrie", |d| Box::new(CSTrie::new(d))),
+    ("LazyDfa", |d| Box::new(LazyDfa::new(d))),
     ("InvertedBitmap", |d| Box::new(InvertedBitmap::new(d))),
     ("LevelBitmap", |d| Box::new(LevelBitmap::new(d))),
 ];
 
-/// The matchers raced in the thread benches: the `RwLock` Trie, the lock-free CSTrie, and the
-/// left-right InvertedBitmap, whose readers never wait for a writer either.
+/// The matchers raced in the thread benches: the `RwLock` Trie, the lock-free CSTrie, the
+/// LazyDfa (lock-free lookups over states built under a read lock), and the left-right
+/// InvertedBitmap, whose readers never wait for a writer either.
 const CONCURRENT: &[(&str, Make)] = &[
     ("Trie", |d| Box::new(Trie::new(d))),
     ("CSTrie", |d| Box::new(CSTrie::new(d))),
+    ("LazyDfa", |d| Box::new(LazyDfa::new(d))),
     ("InvertedBitmap", |d| Box::new(InvertedBitmap::new(d))),
 ];
 

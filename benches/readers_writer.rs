@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
 use topicmatch::cache::DEFAULT_CACHE_SIZE;
-use topicmatch::{CSTrie, Cached, Dialect, Matcher, Pattern, Topic, Trie};
+use topicmatch::{CSTrie, Cached, Dialect, LazyDfa, Matcher, Pattern, Topic, Trie};
 
 #[path = "workload.rs"]
 mod workload;
@@ -52,6 +52,7 @@ type Make = fn() -> Arc<dyn Matcher>;
 const MATCHERS: &[(&str, Make)] = &[
     ("CSTrie", || Arc::new(CSTrie::new(D))),
     ("Trie", || Arc::new(Trie::new(D))),
+    ("LazyDfa", || Arc::new(LazyDfa::new(D))),
     ("Cached<CSTrie>", || {
         Arc::new(Cached::new(CSTrie::new(D), DEFAULT_CACHE_SIZE))
     }),

@@ -359,3 +359,34 @@ pub fn mercure(n: usize, n_updates: usize, seed: u64) -> SelectorWorkload {
         updates,
     }
 }
+
+/// A `#`-heavy set in the shape of [`mixed`] (10 words over 5 levels, subscriber `i mod n/2`):
+/// a third of the patterns put the many-words wildcard in a middle position (level 1, 2 or
+/// 3: `w3.#.w1.w7`, the binding shape where a trie explores every split of the topic), the
+/// rest are exact or have one single-word wildcard. Topics: random 5-word literals.
+pub fn middle_many(n: usize, n_topics: usize, d: Dialect, seed: u64) -> Workload {
+    let mut rng = Rng::new(seed);
+    let vocab: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let clients = (n / 2).max(1);
+    let mut subscriptions = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut words: Vec<&str> = (0..5).map(|_| vocab[rng.below(10)].as_str()).collect();
+        if i % 3 == 0 {
+            words[1 + rng.below(3)] = d.many_words();
+        } else if rng.unit() < 0.4 {
+            words[rng.below(5)] = d.one_word();
+        }
+        subscriptions.push((join(d, &words), (i % clients) as u32));
+    }
+    let topics = (0..n_topics)
+        .map(|_| {
+            let words: Vec<&str> = (0..5).map(|_| vocab[rng.below(10)].as_str()).collect();
+            join(d, &words)
+        })
+        .collect();
+    Workload {
+        dialect: d,
+        subscriptions,
+        topics,
+    }
+}

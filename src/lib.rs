@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`NaiveMatcher`] | scans every pattern: the oracle and the baseline |
 //! | [`Trie`] | word trie behind one `RwLock` (RabbitMQ, ZeroMQ, NATS sublist) |
+//! | [`LazyDfa`] | lazy DFA over words, built while matching (RabbitMQ's topic-exchange study) |
 //! | [`Cached`] | a result cache in front of any matcher (NATS sublist's cache) |
 //!
 //! ```
@@ -26,6 +27,7 @@
 pub mod bitmap;
 pub mod cache;
 pub mod cstrie;
+pub mod dfa;
 pub mod dialect;
 pub mod error;
 pub mod groups;
@@ -47,6 +49,7 @@ pub use bitmap::{
 };
 pub use cache::Cached;
 pub use cstrie::CSTrie;
+pub use dfa::{DfaStats, LazyDfa};
 pub use dialect::{Dialect, Pattern, Token, Topic};
 pub use error::{Error, Invalid, Result};
 pub use groups::{GroupMatch, Grouped};

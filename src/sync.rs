@@ -7,3 +7,13 @@ pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::fence;
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, RwLock};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::fence;
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, RwLock};

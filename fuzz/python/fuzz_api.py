@@ -31,7 +31,14 @@ import topicmatch as tm  # noqa: E402
 import reference  # noqa: E402
 
 DIALECTS = ("amqp", "mqtt", "nats")
-TOPIC_MATCHERS = (tm.NaiveMatcher, tm.Trie, tm.CSTrie, tm.InvertedBitmap, tm.LevelBitmap)
+TOPIC_MATCHERS = (
+    tm.NaiveMatcher,
+    tm.Trie,
+    tm.CSTrie,
+    tm.InvertedBitmap,
+    tm.LevelBitmap,
+    tm.LazyDFA,
+)
 SEP = {"amqp": ".", "mqtt": "/", "nats": "."}
 
 #: Most operations one input runs, so each input stays fast.
@@ -263,11 +270,14 @@ def subscriber_error(s: object) -> type[BaseException] | None:
 def run_topic(r: Reader) -> None:
     cls = TOPIC_MATCHERS[r.below(len(TOPIC_MATCHERS))]
     dialect = DIALECTS[r.below(3)]
-    m = (
-        cls(dialect, cache_size=r.below(4))
-        if cls is tm.InvertedBitmap and r.below(2)
-        else cls(dialect)
-    )
+    if cls is tm.InvertedBitmap and r.below(2):
+        m = cls(dialect, cache_size=r.below(4))
+    elif cls is tm.LazyDFA and r.below(2):
+        # Budgets that hold a few states at most: lookups flush the cache and fall back to
+        # the NFA.
+        m = cls(dialect, cache_bytes=300 * r.below(8))
+    else:
+        m = cls(dialect)
     model = TopicModel(dialect)
     snapshots: list[tuple[object, frozenset]] = []
 

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidPattern",
     "InvalidTopic",
     "InvertedBitmap",
+    "LazyDFA",
     "LevelBitmap",
     "NaiveMatcher",
     "SelectorIndex",
@@ -176,6 +177,28 @@ class InvertedBitmap(_TopicMatcher):
     @property
     def cache_size(self) -> int:
         """Most topics the lookup cache holds (0: no cache)."""
+
+@final
+class LazyDFA(_TopicMatcher):
+    """The lazy DFA of RabbitMQ's topic-exchange study: DFA states built while matching, within
+    a memory budget."""
+
+    def __new__(
+        cls,
+        dialect: _Dialect = "amqp",
+        subscriptions: _Pairs | None = None,
+        cache_bytes: int = 67108864,
+    ) -> LazyDFA: ...
+    @property
+    def cache_bytes(self) -> int:
+        """The state cache's memory budget in bytes."""
+    def stats(self) -> dict[str, int]:
+        """The state cache's figures: states, transitions, bytes (taken since the last flush,
+        counted against budget), budget, flushes (times a full cache was emptied), fallbacks
+        (lookups answered from the NFA because the budget could not hold them), invalidations
+        (states a write reset), compactions (NFA rebuilds) and nodes (of the NFA)."""
+    def clear_cache(self) -> None:
+        """Empties the state cache: states are built again by the lookups that need them."""
 
 _Mode: TypeAlias = Literal["all", "any", "all-with-x", "any-with-x"]
 #: A header value: an AMQP field table's types as Python clients send them. Ints are signed

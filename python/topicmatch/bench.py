@@ -28,7 +28,7 @@ import topicmatch as tm
 from topicmatch import _core, peers, workload
 
 #: Every topic matcher class name, in the order they join the package; absent ones are skipped.
-MATCHER_NAMES = ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap")
+MATCHER_NAMES = ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap", "LazyDFA")
 
 
 def matcher_classes() -> list[type]:
@@ -416,6 +416,7 @@ def _fanout_impls(dialect: str, subs: list[tuple[str, Any]]) -> list[tuple[str, 
         ("Trie (cached)", tm.Trie(dialect, subs)),
         ("CSTrie (cached)", tm.CSTrie(dialect, subs)),
         ("InvertedBitmap", tm.InvertedBitmap(dialect, subs)),
+        ("LazyDFA", tm.LazyDFA(dialect, subs)),
     ]
 
 

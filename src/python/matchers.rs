@@ -7,10 +7,12 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple};
 
 use super::topic_index::{check_pickle_format, parse_dialect, TopicIndex};
 use crate::cache::{CacheStats, DEFAULT_CACHE_SIZE, MAX_CACHE_SIZE};
-use crate::{CSTrie, Cached, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Trie};
+use crate::dfa::{DfaStats, DEFAULT_CACHE_BYTES};
+use crate::{CSTrie, Cached, InvertedBitmap, LazyDfa, LevelBitmap, Matcher, NaiveMatcher, Trie};
 
-// The Python signatures spell the default out, so that it shows in `help()` and the stubs.
+// The Python signatures spell the defaults out, so that they show in `help()` and the stubs.
 const _: () = assert!(DEFAULT_CACHE_SIZE == 16_384);
+const _: () = assert!(DEFAULT_CACHE_BYTES == 67_108_864);
 
 /// A `cache_size` argument: an int from 0 to `MAX_CACHE_SIZE`; a bool or any other type is a
 /// `TypeError`, an int out of range a `ValueError` (never pyo3's `OverflowError`).
@@ -34,6 +36,47 @@ impl<'a, 'py> FromPyObject<'a, 'py> for CacheSize {
             ))),
         }
     }
+}
+
+/// A `cache_bytes` argument: a non-negative int that fits in a `usize`, with the errors of
+/// [`CacheSize`]: a bool or any other type is a `TypeError`, an int out of range a
+/// `ValueError`.
+pub(crate) struct CacheBytes(usize);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for CacheBytes {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+            return Err(PyTypeError::new_err(format!(
+                "cache_bytes must be an int, not {}",
+                value.get_type().name()?
+            )));
+        }
+        match value.extract::<usize>() {
+            Ok(n) => Ok(CacheBytes(n)),
+            Err(_) => Err(PyValueError::new_err(format!(
+                "cache_bytes must be from 0 to {} bytes, not {}",
+                usize::MAX,
+                value.str()?
+            ))),
+        }
+    }
+}
+
+/// `LazyDFA.stats()` as a dict, keyed by the names of [`DfaStats`]' fields.
+fn dfa_stats_dict<'py>(py: Python<'py>, s: &DfaStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("states", s.states)?;
+    d.set_item("transitions", s.transitions)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("budget", s.budget)?;
+    d.set_item("flushes", s.flushes)?;
+    d.set_item("fallbacks", s.fallbacks)?;
+    d.set_item("invalidations", s.invalidations)?;
+    d.set_item("compactions", s.compactions)?;
+    d.set_item("nodes", s.nodes)?;
+    Ok(d)
 }
 
 /// `cache_stats()` as a dict, with the names of `SelectorIndex.cache_stats()` where they match.
@@ -316,6 +359,61 @@ topic_matcher_class!(
         #[getter]
         fn cache_size(&self) -> usize {
             self.inner.core.matcher().cache_size()
+        }
+    }
+);
+
+topic_matcher_class!(
+    @class LazyDfaPy,
+    "LazyDFA",
+    LazyDfa,
+    doc = "The lazy DFA of RabbitMQ's topic-exchange study: DFA states built while matching, \
+           within a memory budget.",
+    ctor {
+        #[new]
+        #[pyo3(
+            signature = (dialect = "amqp", subscriptions = None, cache_bytes = CacheBytes(67_108_864)),
+            text_signature = "(dialect='amqp', subscriptions=None, cache_bytes=67108864)"
+        )]
+        fn new(
+            py: Python<'_>,
+            dialect: &str,
+            subscriptions: Option<&Bound<'_, PyAny>>,
+            cache_bytes: CacheBytes,
+        ) -> PyResult<Self> {
+            let core = LazyDfa::with_budget(parse_dialect(dialect)?, cache_bytes.0);
+            let inner = TopicIndex::new(py, core, false);
+            if let Some(pairs) = subscriptions {
+                inner.subscribe_many(pairs)?;
+            }
+            Ok(LazyDfaPy { inner })
+        }
+
+        /// Pickles the patterns and the budget; the cache is built again on the other side.
+        fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+            let inner = &slf.get().inner;
+            let budget = inner.core.matcher().cache_bytes().into_pyobject(slf.py())?.into_any();
+            inner.reduce(slf.as_any(), &[budget])
+        }
+
+        /// The state cache's memory budget in bytes.
+        #[getter]
+        fn cache_bytes(&self) -> usize {
+            self.inner.core.matcher().cache_bytes()
+        }
+
+        /// The state cache's figures: states, transitions, bytes (taken since the last flush,
+        /// counted against budget), budget, flushes (times a full cache was emptied),
+        /// fallbacks (lookups answered from the NFA because the budget could not hold them),
+        /// invalidations (states a write reset), compactions (NFA rebuilds) and nodes (of the
+        /// NFA).
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            dfa_stats_dict(py, &self.inner.core.matcher().stats())
+        }
+
+        /// Empties the state cache: states are built again by the lookups that need them.
+        fn clear_cache(&self) {
+            self.inner.core.matcher().clear_cache()
         }
     }
 );

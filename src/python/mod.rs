@@ -73,7 +73,9 @@ mod _core {
     #[pymodule_export]
     use super::headers::HeadersMatcherPy;
     #[pymodule_export]
-    use super::matchers::{CSTriePy, InvertedBitmapPy, LevelBitmapPy, NaiveMatcherPy, TriePy};
+    use super::matchers::{
+        CSTriePy, InvertedBitmapPy, LazyDfaPy, LevelBitmapPy, NaiveMatcherPy, TriePy,
+    };
     #[pymodule_export]
     use super::selector::SelectorIndexPy;
     #[pymodule_export]

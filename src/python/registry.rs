@@ -19,7 +19,10 @@
 //!
 //! Locks: `slots` is taken with `lock_py_attached`, which detaches from the interpreter while it
 //! waits, because the `dict` calls made under it can run Python code (`__hash__`, `__eq__`).
-//! `objects` is held only for reads and writes of the table, never across Python code.
+//! `objects` is read while lists are made from it, and an allocation can start a collection
+//! that runs Python code (a `gc.callbacks` entry, a finalizer) and lets another thread take
+//! the interpreter: so it too is taken detached when it must wait, or a writer holding the
+//! interpreter would wait forever for a reader waiting for the interpreter.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
@@ -27,7 +30,7 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
+use pyo3::sync::{MutexExt, RwLockExt};
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use super::answers::{self, Answers, Stale, MIN_IDS};
@@ -139,7 +142,10 @@ impl Registry {
             slots.counts.push(0);
         }
         slots.counts[id as usize] = 1;
-        let mut objects = self.objects.write().unwrap_or_else(PoisonError::into_inner);
+        let mut objects = self
+            .objects
+            .write_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
         if id as usize >= objects.len() {
             objects.resize_with(id as usize + 1, || None);
         }
@@ -205,7 +211,11 @@ impl Registry {
     /// object and the kept answers (all stale now) go into `released`, for the caller to drop
     /// once it has let go of `slots`, which it holds.
     fn release(&self, py: Python<'_>, id: SubscriberId, released: &mut Released) {
-        let obj = self.objects.write().unwrap_or_else(PoisonError::into_inner)[id as usize].take();
+        let obj = self
+            .objects
+            .write_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner)[id as usize]
+            .take();
         let Some(obj) = obj else {
             // Already released: the id must reach the free list once only.
             return;
@@ -276,7 +286,10 @@ impl Registry {
         ids: &[SubscriberId],
     ) -> PyResult<Bound<'py, PyList>> {
         let releases = self.releases.load(Acquire);
-        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        let objects = self
+            .objects
+            .read_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
         self.answer_of(py, &objects, releases, topic, ids)
     }
 
@@ -289,7 +302,10 @@ impl Registry {
         results: &[Vec<SubscriberId>],
     ) -> PyResult<Vec<Bound<'py, PyList>>> {
         let releases = self.releases.load(Acquire);
-        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        let objects = self
+            .objects
+            .read_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
         topics
             .iter()
             .zip(results)
@@ -337,7 +353,10 @@ impl Registry {
         py: Python<'py>,
         ids: &[SubscriberId],
     ) -> PyResult<Bound<'py, PyList>> {
-        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        let objects = self
+            .objects
+            .read_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
         list_of(py, &objects, ids)
     }
 
@@ -347,7 +366,10 @@ impl Registry {
         py: Python<'py>,
         id: SubscriberId,
     ) -> Option<Bound<'py, PyAny>> {
-        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        let objects = self
+            .objects
+            .read_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
         objects
             .get(id as usize)?
             .as_ref()

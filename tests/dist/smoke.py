@@ -29,7 +29,7 @@ from pathlib import Path
 import topicmatch as tm
 
 # Every topic matcher the project has or plans (DESIGN.md); the suite covers those present.
-TOPIC_MATCHERS = ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap")
+TOPIC_MATCHERS = ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap", "LazyDFA")
 
 # Per dialect: a one-word and a many-word pattern, topics, the subscribers each topic reaches,
 # and inputs that the dialect rejects (None where the dialect accepts everything).

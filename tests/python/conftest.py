@@ -13,7 +13,7 @@ import topicmatch as tm
 #: Every class with the topic matcher API, in the order they were added to the package.
 TOPIC_MATCHERS = [
     getattr(tm, name)
-    for name in ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap")
+    for name in ("NaiveMatcher", "Trie", "CSTrie", "InvertedBitmap", "LevelBitmap", "LazyDFA")
     if hasattr(tm, name)
 ]
 

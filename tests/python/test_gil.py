@@ -20,7 +20,7 @@ def _stats() -> tuple[int, int]:
     return s["released"], s["kept"]
 
 
-@pytest.mark.parametrize("cls", [tm.Trie, tm.CSTrie, tm.InvertedBitmap, tm.LevelBitmap])
+@pytest.mark.parametrize("cls", [tm.Trie, tm.CSTrie, tm.InvertedBitmap, tm.LevelBitmap, tm.LazyDFA])
 def test_a_long_batch_releases_the_gil_and_answers_the_same(cls):
     m = cls("mqtt", SUBS)
     topics = [f"a/{i}/c" for i in range(200_000)]

@@ -147,6 +147,7 @@ ADAPTERS = {
     "CSTrie": Topics,
     "InvertedBitmap": Topics,
     "LevelBitmap": Topics,
+    "LazyDFA": Topics,
     "HeadersMatcher": Headers,
     "SelectorIndex": Selectors,
 }

@@ -114,7 +114,7 @@ def test_unexploded_deliveries_hold_one_array_per_message(spark):
     assert any(r["subscribers"] == [] for r in rows)  # the unmatched ones are kept
 
 
-@pytest.mark.parametrize("name", ["NaiveMatcher", "trie", "Trie"])
+@pytest.mark.parametrize("name", ["NaiveMatcher", "trie", "Trie", "LazyDFA"])
 def test_the_matcher_is_a_parameter(spark, name):
     subs, topics = sample("amqp", n_subs=80, n_topics=300)
     result = tms.route(

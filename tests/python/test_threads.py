@@ -4,6 +4,8 @@ thread reads its own writes while the others churn."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -77,3 +79,59 @@ def test_threads_end_in_the_state_of_a_sequential_replay(matcher_cls, dialect):
                 replay.unsubscribe(pattern, me)
     assert sorted(m.subscriptions()) == sorted(replay.subscriptions())
     assert len(m) == len(replay)
+
+
+#: Run in an interpreter of its own by the test below: a hang there is a timeout here.
+COLLECTION_BESIDE_WRITER = """
+import gc, sys, threading, time
+import topicmatch as tm
+
+m = getattr(tm, sys.argv[1])("amqp", [("a.#", "anchor")])
+stop = threading.Event()
+errors = []
+
+def reader():
+    try:
+        while not stop.is_set():
+            assert all("anchor" in r for r in m.lookup_many(["a.b", "a.c.d"] * 20))
+            assert "anchor" in m.lookup("a.b")
+    except BaseException as e:
+        errors.append(e)
+
+def yield_interpreter(phase, info):
+    time.sleep(0)
+
+gc.set_threshold(5)
+gc.callbacks.append(yield_interpreter)
+threads = [threading.Thread(target=reader) for _ in range(2)]
+for t in threads:
+    t.start()
+try:
+    for i in range(3000):
+        m.subscribe("a.*", f"w{i}")
+        m.remove_subscriber(f"w{i}")
+finally:
+    stop.set()
+    for t in threads:
+        t.join()
+assert not errors, errors[0]
+print("done")
+"""
+
+
+def test_a_collection_while_answers_are_made_does_not_stall_a_writer(matcher_cls):
+    """A collection started by the allocation of an answer's list runs Python code (here a
+    `gc.callbacks` entry, as Hypothesis installs one) and can hand the interpreter to a writer
+    while the answer's thread still reads the subscriber table. The writer that then releases
+    a subscriber must wait for the table without the interpreter, or neither thread moves
+    again; nor can any other, so the scenario runs in a child interpreter with a timeout."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", COLLECTION_BESIDE_WRITER, matcher_cls.__name__],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a writer and a reader waited for each other: the interpreter hung")
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stdout + proc.stderr

@@ -1,0 +1,580 @@
+//! The DFA's state cache: states interned by their set of NFA nodes, each with its derived
+//! data (closure, answer, edges) built on demand and published by compare-and-swap.
+//!
+//! Who writes what:
+//!
+//! - Readers on the cold path (holding the NFA's read lock) intern states, publish a state's
+//!   derived data, and fill the target of an edge or of the default edge. Each is a CAS from
+//!   null: two readers building the same thing at once both end with the one copy that won.
+//! - The NFA's writer (holding its write lock, so no reader is on the cold path) inserts edge
+//!   keys, clears targets, swaps answers and drops derived data. Only it ever adds a key to a
+//!   published edge table, so no key is lost to a racing insert or a table's growth: a word
+//!   absent from a state's table is a word none of its nodes names, which the default edge
+//!   answers.
+//! - Readers on the hot path only load.
+//!
+//! Memory: a [`Generation`] owns its states, a state its derived data, derived data its
+//! answer and edge table, an edge table its edges. Targets point at states of the same
+//! generation and own nothing. Whatever is replaced is retired to crossbeam-epoch, and so is a
+//! whole generation when the cache is flushed, so a reader pinned before the swap still reads
+//! what it loaded.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::mem::size_of;
+use std::sync::Arc;
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use smol_str::SmolStr;
+
+use super::nfa::NodeId;
+use crate::cstrie::WordsHasher;
+use crate::matcher::SubscriberId;
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, RwLock};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// A word's hash, as edge tables file it.
+pub(crate) fn word_hash(word: &str) -> u64 {
+    WordsHasher.hash_one(word)
+}
+
+fn set_hash(dollar: bool, set: &[NodeId]) -> u64 {
+    WordsHasher.hash_one((dollar, set))
+}
+
+/// One state of the DFA: a set of NFA nodes.
+pub(crate) struct State {
+    hash: u64,
+    /// The start state of an MQTT `$` topic: its first word takes no wildcard.
+    pub(crate) dollar: bool,
+    pub(crate) set: Box<[NodeId]>,
+    pub(crate) derived: Atomic<Derived>,
+    /// The write count when the state last changed: a write's (odd) count, stored before
+    /// the write changes it, or the (even) count its derived data was built at.
+    pub(crate) stamp: AtomicU64,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // SAFETY: a state is dropped with its generation, when no thread can reach either
+        // (the generation was retired to the epoch, or is dropped by its owner).
+        unsafe {
+            let d = self.derived.load(Relaxed, epoch::unprotected());
+            if !d.is_null() {
+                drop(d.into_owned());
+            }
+        }
+    }
+}
+
+/// What a state answers, built from its nodes under the NFA's read lock.
+pub(crate) struct Derived {
+    /// The nodes the state stands for now: its set's closure in the current NFA, which holds
+    /// more than the set when a write added a many-words child under one of its nodes.
+    pub(crate) closure: Box<[NodeId]>,
+    pub(crate) accept: Atomic<Accept>,
+    pub(crate) edges: Atomic<EdgeTable>,
+    /// The state a word that no node names leads to; null until computed.
+    pub(crate) default: Atomic<State>,
+}
+
+/// The subscribers of a state's nodes, each once.
+pub(crate) struct Accept(pub(crate) Box<[SubscriberId]>);
+
+impl Drop for Derived {
+    fn drop(&mut self) {
+        // SAFETY: derived data is dropped when it was retired to the epoch and every reader
+        // pinned at the time has unpinned, or with its state (see `State::drop`); either way
+        // no thread holds its answer or its table. `default` is not owned and not freed.
+        unsafe {
+            let g = epoch::unprotected();
+            let a = self.accept.load(Relaxed, g);
+            if !a.is_null() {
+                drop(a.into_owned());
+            }
+            let e = self.edges.load(Relaxed, g);
+            if !e.is_null() {
+                drop(e.into_owned());
+            }
+        }
+    }
+}
+
+/// One edge: a word and the state it leads to (null until computed).
+pub(crate) struct Edge {
+    hash: u64,
+    /// Inline up to 23 bytes: comparing the word reads no other cache line.
+    word: SmolStr,
+    pub(crate) target: Atomic<State>,
+}
+
+/// A state's edges: open addressing on the word's hash, linear probing, at most half full.
+pub(crate) struct EdgeTable {
+    slots: Box<[Atomic<Edge>]>,
+    /// Keys filed; only the table's builder or the writer reads or changes it.
+    len: AtomicUsize,
+}
+
+impl Drop for EdgeTable {
+    fn drop(&mut self) {
+        // SAFETY: a table is dropped when retired and unreachable (as `Derived::drop` says);
+        // its edges are its own: a grown table holds copies, never the same edges.
+        unsafe {
+            let g = epoch::unprotected();
+            for s in self.slots.iter() {
+                let e = s.load(Relaxed, g);
+                if !e.is_null() {
+                    drop(e.into_owned());
+                }
+            }
+        }
+    }
+}
+
+impl EdgeTable {
+    /// A table holding `words` with no targets, sized for them at most half full.
+    pub(crate) fn with_words(words: Vec<Arc<str>>) -> EdgeTable {
+        let cap = (words.len() * 2).next_power_of_two().max(2);
+        let mut t = EdgeTable {
+            slots: (0..cap).map(|_| Atomic::null()).collect(),
+            len: AtomicUsize::new(0),
+        };
+        for w in words {
+            t.put(Edge {
+                hash: word_hash(&w),
+                word: SmolStr::new(&*w),
+                target: Atomic::null(),
+            });
+        }
+        t
+    }
+
+    /// Files an edge whose word is not in the table; there must be room.
+    fn put(&mut self, edge: Edge) {
+        let mask = self.slots.len() - 1;
+        let mut i = edge.hash as usize & mask;
+        // SAFETY: only the owner of an unpublished table, or the writer holding the NFA's
+        // write lock, files edges; neither frees a slot's edge meanwhile.
+        let g = unsafe { epoch::unprotected() };
+        while !self.slots[i].load(Relaxed, g).is_null() {
+            i = (i + 1) & mask;
+        }
+        self.slots[i].store(Owned::new(edge), Release);
+        self.len.fetch_add(1, Relaxed);
+    }
+
+    /// The edge of `word`, if a node of the state names it.
+    pub(crate) fn get<'g>(&self, word: &str, hash: u64, guard: &'g Guard) -> Option<&'g Edge> {
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        loop {
+            let e = self.slots[i].load(Acquire, guard);
+            // SAFETY: a slot's edge is freed only with its table, which is retired to the
+            // epoch and freed after `guard` unpins; the caller loaded the table under it.
+            let e = unsafe { e.as_ref() }?;
+            if e.hash == hash && e.word.as_str() == word {
+                return Some(e);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        size_of::<EdgeTable>() + self.slots.len() * size_of::<usize>()
+    }
+
+    /// Bytes of one edge of `word`.
+    pub(crate) fn edge_bytes(word: &str) -> usize {
+        size_of::<Edge>() + 2 * size_of::<usize>() + word.len()
+    }
+}
+
+/// How a state's derived data is built, for [`Generation::publish_derived`].
+pub(crate) struct Built {
+    pub(crate) closure: Vec<NodeId>,
+    pub(crate) accept: Vec<SubscriberId>,
+    pub(crate) words: Vec<Arc<str>>,
+    /// The write count the NFA was at.
+    pub(crate) stamp: u64,
+}
+
+/// One generation of the cache: what a flush drops at once.
+pub(crate) struct Generation {
+    /// The intern table of states: open addressing on the set's hash, at most half full.
+    /// Readers file states under the read side by CAS; the one that finds it half full
+    /// takes the write side and doubles it (interning is the cold path: the hot path never
+    /// reads this table).
+    slots: RwLock<Box<[Atomic<State>]>>,
+    /// The start states: `[plain, dollar]`.
+    pub(crate) start: [Atomic<State>; 2],
+    states: AtomicUsize,
+    transitions: AtomicUsize,
+    bytes: AtomicUsize,
+    /// For each NFA node, the states whose closure holds it: whom a write at that node
+    /// concerns. Written on the cold path (sharded, to keep readers building different states
+    /// apart) and read by the writer.
+    holders: Box<[Mutex<Holders>]>,
+}
+
+/// One shard of [`Generation::holders`]: node -> the states filed under it.
+type Holders = HashMap<NodeId, Vec<StatePtr>, WordsHasher>;
+
+/// A state's address in a holder list. It stays good while the generation lives.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct StatePtr(*const State);
+
+// SAFETY: a `StatePtr` is an address that is only dereferenced by the writer, under the NFA's
+// write lock, while the generation that owns the state is the current one (a flush needs the
+// read lock or the write lock, so it cannot retire it meanwhile).
+unsafe impl Send for StatePtr {}
+
+#[cfg(not(loom))]
+const HOLDER_SHARDS: usize = 16;
+/// One shard under loom: each shard's mutex is one more object for the models to schedule.
+#[cfg(loom)]
+const HOLDER_SHARDS: usize = 1;
+
+/// The shard of `node`'s holders.
+fn shard_of(node: NodeId) -> usize {
+    // Under loom, with one shard, clippy would call the modulo useless.
+    #[allow(clippy::modulo_one)]
+    let shard = node as usize % HOLDER_SHARDS;
+    shard
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        // SAFETY: a generation is dropped when retired and unreachable, or by its owner; it
+        // owns its states, each filed once in the intern table, and nothing else does. The
+        // start states are filed in the table too.
+        unsafe {
+            let g = epoch::unprotected();
+            let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+            for s in slots.iter() {
+                let st = s.load(Relaxed, g);
+                if !st.is_null() {
+                    drop(st.into_owned());
+                }
+            }
+        }
+    }
+}
+
+/// Slots of a new generation's intern table.
+const FIRST_SLOTS: usize = 16;
+
+/// The cache ran out of its budget: the caller flushes it.
+#[derive(Debug)]
+pub(crate) struct Full;
+
+impl Generation {
+    /// An empty generation. `_budget` is charged as the generation grows.
+    pub(crate) fn new(_budget: usize) -> Generation {
+        let cap = FIRST_SLOTS;
+        Generation {
+            slots: RwLock::new((0..cap).map(|_| Atomic::null()).collect()),
+            start: [Atomic::null(), Atomic::null()],
+            states: AtomicUsize::new(0),
+            transitions: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(cap * size_of::<usize>()),
+            holders: (0..HOLDER_SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn states(&self) -> usize {
+        self.states.load(Relaxed)
+    }
+
+    pub(crate) fn transitions(&self) -> usize {
+        self.transitions.load(Relaxed)
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Relaxed)
+    }
+
+    /// Counts `n` more bytes against `budget`; `Full` if they do not fit.
+    fn charge(&self, n: usize, budget: usize) -> Result<(), Full> {
+        if self.bytes.fetch_add(n, Relaxed) + n > budget {
+            Err(Full)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The state of `set`, interned: the one already filed, or `set` filed now.
+    pub(crate) fn intern<'g>(
+        &self,
+        dollar: bool,
+        set: Vec<NodeId>,
+        budget: usize,
+        guard: &'g Guard,
+    ) -> Result<Shared<'g, State>, Full> {
+        let hash = set_hash(dollar, &set);
+        let mut mine: Option<Owned<State>> = None;
+        loop {
+            let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+            let mask = slots.len() - 1;
+            let mut i = hash as usize & mask;
+            loop {
+                let cur = slots[i].load(Acquire, guard);
+                // SAFETY: states are freed only with their generation, which the caller
+                // reached under `guard`.
+                if let Some(s) = unsafe { cur.as_ref() } {
+                    if s.hash == hash && s.dollar == dollar && *s.set == *set {
+                        return Ok(cur);
+                    }
+                    i = (i + 1) & mask;
+                    continue;
+                }
+                // Half full: double the table, then probe again.
+                if (self.states.load(Relaxed) + 1) * 2 > slots.len() {
+                    break;
+                }
+                let new = match mine.take() {
+                    Some(m) => m,
+                    None => {
+                        let n = size_of::<State>() + set.len() * size_of::<NodeId>();
+                        self.charge(n, budget)?;
+                        Owned::new(State {
+                            hash,
+                            dollar,
+                            set: set.clone().into_boxed_slice(),
+                            derived: Atomic::null(),
+                            stamp: AtomicU64::new(0),
+                        })
+                    }
+                };
+                match slots[i].compare_exchange(Shared::null(), new, AcqRel, Acquire, guard) {
+                    Ok(filed) => {
+                        self.states.fetch_add(1, Relaxed);
+                        return Ok(filed);
+                    }
+                    // Another reader filed a state here first: compare it on the next turn.
+                    Err(e) => mine = Some(e.new),
+                }
+            }
+            let len = slots.len();
+            drop(slots);
+            self.grow(len, budget, guard)?;
+        }
+    }
+
+    /// Doubles the intern table unless another reader did since it was `len` slots.
+    fn grow(&self, len: usize, budget: usize, guard: &Guard) -> Result<(), Full> {
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        if slots.len() != len {
+            return Ok(());
+        }
+        self.charge(len * 2 * size_of::<usize>(), budget)?;
+        let grown: Box<[Atomic<State>]> = (0..len * 2).map(|_| Atomic::null()).collect();
+        let mask = grown.len() - 1;
+        for slot in slots.iter() {
+            let st = slot.load(Relaxed, guard);
+            // SAFETY: as in `intern`; the write side keeps every other interner out.
+            if let Some(s) = unsafe { st.as_ref() } {
+                let mut i = s.hash as usize & mask;
+                while !grown[i].load(Relaxed, guard).is_null() {
+                    i = (i + 1) & mask;
+                }
+                grown[i].store(st, Relaxed);
+            }
+        }
+        // The old table's box holds pointers only: dropping it frees no state.
+        *slots = grown;
+        Ok(())
+    }
+
+    /// Publishes `built` as `state`'s derived data unless another reader did first, and
+    /// files the state under each node of its closure. Returns the derived data in place.
+    pub(crate) fn publish_derived<'g>(
+        &self,
+        state: &'g State,
+        built: Built,
+        budget: usize,
+        guard: &'g Guard,
+    ) -> Result<&'g Derived, Full> {
+        let words_bytes: usize = built.words.iter().map(|w| EdgeTable::edge_bytes(w)).sum();
+        let table = EdgeTable::with_words(built.words);
+        let n = size_of::<Derived>()
+            + size_of::<Accept>()
+            + (built.closure.len() + built.accept.len()) * size_of::<u32>()
+            + table.bytes()
+            + words_bytes
+            + built.closure.len() * size_of::<StatePtr>();
+        self.charge(n, budget)?;
+        let closure = built.closure.into_boxed_slice();
+        // Before the publishing CAS (a release): whoever reads the new data reads the stamp.
+        state.stamp.store(built.stamp, Relaxed);
+        let d = Owned::new(Derived {
+            closure,
+            accept: Atomic::new(Accept(built.accept.into_boxed_slice())),
+            edges: Atomic::new(table),
+            default: Atomic::null(),
+        });
+        let d = match state
+            .derived
+            .compare_exchange(Shared::null(), d, AcqRel, Acquire, guard)
+        {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: derived data in place is retired only by the writer, which the
+                // caller's read lock keeps out, and freed after `guard` unpins.
+                return Ok(unsafe { e.current.deref() });
+            }
+        };
+        // SAFETY: just published under `guard`; see above for why it stays.
+        let d = unsafe { d.deref() };
+        let ptr = StatePtr(state as *const State);
+        for &node in d.closure.iter() {
+            let shard = &self.holders[shard_of(node)];
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let list = shard.entry(node).or_default();
+            if list.last() != Some(&ptr) {
+                list.push(ptr);
+            }
+        }
+        Ok(d)
+    }
+
+    /// Publishes `next` as the target of `slot` (an edge's or the default) unless another
+    /// reader did first; returns the target in place.
+    pub(crate) fn publish_target<'g>(
+        &self,
+        slot: &Atomic<State>,
+        next: Shared<'g, State>,
+        guard: &'g Guard,
+    ) -> Shared<'g, State> {
+        match slot.compare_exchange(Shared::null(), next, AcqRel, Acquire, guard) {
+            Ok(_) => {
+                self.transitions.fetch_add(1, Relaxed);
+                next
+            }
+            Err(e) => e.current,
+        }
+    }
+
+    /// The states filed under `node`, for the writer. Clears the list when `take`: the
+    /// states lose their derived data and file themselves again when it is rebuilt.
+    pub(crate) fn holders_of(&self, node: NodeId, take: bool) -> Vec<StatePtr> {
+        let shard = &self.holders[shard_of(node)];
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if take {
+            shard.remove(&node).unwrap_or_default()
+        } else {
+            match shard.get_mut(&node) {
+                Some(list) => {
+                    list.sort_unstable();
+                    list.dedup();
+                    list.clone()
+                }
+                None => Vec::new(),
+            }
+        }
+    }
+}
+
+impl StatePtr {
+    /// The state.
+    ///
+    /// # Safety
+    ///
+    /// The generation that filed the pointer is the cache's current one and the caller holds
+    /// the NFA's write lock (see the `Send` impl).
+    pub(crate) unsafe fn state(&self) -> &State {
+        // SAFETY: the caller's contract.
+        unsafe { &*self.0 }
+    }
+}
+
+/// What the writer does to the states a write concerns.
+pub(crate) mod writer {
+    use super::*;
+
+    /// Drops a state's derived data: its next lookup rebuilds it from the NFA.
+    pub(crate) fn invalidate(state: &State, guard: &Guard) {
+        let old = state.derived.swap(Shared::null(), AcqRel, guard);
+        if !old.is_null() {
+            // SAFETY: unlinked just now; readers that loaded it are pinned, and the epoch
+            // frees it after they unpin.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+
+    /// The word's edge moves: its target is cleared, or the key is added when new.
+    pub(crate) fn reset_word(d: &Derived, word: &Arc<str>, guard: &Guard) -> usize {
+        let hash = word_hash(word);
+        let cur = d.edges.load(Acquire, guard);
+        // SAFETY: a derived's table is replaced only here, by the one writer.
+        let table = unsafe { cur.deref() };
+        if let Some(e) = table.get(word, hash, guard) {
+            e.target.store(Shared::null(), Release);
+            return 0;
+        }
+        let edge = Edge {
+            hash,
+            word: SmolStr::new(&**word),
+            target: Atomic::null(),
+        };
+        if (table.len.load(Relaxed) + 1) * 2 <= table.slots.len() {
+            // Room: file it in place (`put` on the shared slots: the writer is the only one
+            // filing keys). A reader probing meanwhile may miss it; the write's seqlock
+            // sends that reader round again.
+            let mask = table.slots.len() - 1;
+            let mut i = hash as usize & mask;
+            while !table.slots[i].load(Relaxed, guard).is_null() {
+                i = (i + 1) & mask;
+            }
+            table.slots[i].store(Owned::new(edge), Release);
+            table.len.fetch_add(1, Relaxed);
+            EdgeTable::edge_bytes(word)
+        } else {
+            let mut grown = EdgeTable {
+                slots: (0..table.slots.len() * 2).map(|_| Atomic::null()).collect(),
+                len: AtomicUsize::new(0),
+            };
+            for s in table.slots.iter() {
+                // SAFETY: edges of the table in place stay until it is retired below.
+                if let Some(e) = unsafe { s.load(Acquire, guard).as_ref() } {
+                    grown.put(Edge {
+                        hash: e.hash,
+                        word: e.word.clone(),
+                        target: Atomic::from(e.target.load(Acquire, guard)),
+                    });
+                }
+            }
+            grown.put(edge);
+            let bytes = grown.bytes() + EdgeTable::edge_bytes(word);
+            let old = d.edges.swap(Owned::new(grown), AcqRel, guard);
+            // SAFETY: unlinked just now; freed after the readers pinned now unpin.
+            unsafe { guard.defer_destroy(old) };
+            bytes
+        }
+    }
+
+    /// Swaps a state's answer for `ids`.
+    pub(crate) fn set_accept(d: &Derived, ids: Vec<SubscriberId>, guard: &Guard) {
+        let old = d
+            .accept
+            .swap(Owned::new(Accept(ids.into_boxed_slice())), AcqRel, guard);
+        // SAFETY: unlinked just now; freed after the readers pinned now unpin.
+        unsafe { guard.defer_destroy(old) };
+    }
+
+    /// Counts bytes the writer added to a generation.
+    pub(crate) fn charge(g: &Generation, n: usize) {
+        g.bytes.fetch_add(n, Relaxed);
+    }
+}
+
+/// Counters that outlive generations.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) flushes: AtomicU64,
+    pub(crate) fallbacks: AtomicU64,
+    pub(crate) invalidations: AtomicU64,
+    pub(crate) compactions: AtomicU64,
+}
