@@ -53,6 +53,9 @@ const MATCHERS: &[(&str, Make)] = &[
     ("CSTrie", || Arc::new(CSTrie::new(D))),
     ("Trie", || Arc::new(Trie::new(D))),
     ("LazyDfa", || Arc::new(LazyDfa::new(D))),
+    ("LazyDfa (drop all on write)", || {
+        Arc::new(LazyDfa::new(D).dropping_on_write())
+    }),
     ("Cached<CSTrie>", || {
         Arc::new(Cached::new(CSTrie::new(D), DEFAULT_CACHE_SIZE))
     }),

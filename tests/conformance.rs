@@ -4,7 +4,8 @@
 mod common;
 
 use topicmatch::{
-    matches, CSTrie, Dialect, Error, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher, Trie,
+    matches, CSTrie, Dialect, Error, InvertedBitmap, LazyDfa, LevelBitmap, Matcher, NaiveMatcher,
+    Trie,
 };
 
 /// Decodes a field: `<empty>` is the empty string; `\\`, `\t`, `\n`, `\r`, `\f` and `\xHH`
@@ -97,6 +98,9 @@ fn every_matcher_agrees_with_the_brokers() {
         |d| Box::new(InvertedBitmap::new(d)) as Box<dyn Matcher>,
         |d| Box::new(InvertedBitmap::with_cache_size(d, 2)) as Box<dyn Matcher>,
         |d| Box::new(LevelBitmap::new(d)) as Box<dyn Matcher>,
+        |d| Box::new(LazyDfa::new(d)) as Box<dyn Matcher>,
+        // Too small for the table's states: lookups flush and simulate the NFA.
+        |d| Box::new(LazyDfa::with_budget(d, 400)) as Box<dyn Matcher>,
     ];
     let rows = rows("match.tsv");
     for make in makers {

@@ -13,8 +13,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use topicmatch::groups::{check_subscription, parse_subscription, Subscription};
 use topicmatch::{
-    matches, CSTrie, Cached, Dialect, Error, Grouped, InvertedBitmap, LevelBitmap, Matcher,
-    NaiveMatcher, SubscriberId, Trie,
+    matches, CSTrie, Cached, Dialect, Error, Grouped, InvertedBitmap, LazyDfa, LevelBitmap,
+    Matcher, NaiveMatcher, SubscriberId, Trie,
 };
 
 type Factory = fn(Dialect) -> Box<dyn GroupedMatcher>;
@@ -75,6 +75,10 @@ fn matchers() -> Vec<(&'static str, Factory)> {
         ("CSTrie", |d| Box::new(Grouped::new(CSTrie::new(d))) as _),
         ("LevelBitmap", |d| {
             Box::new(Grouped::new(LevelBitmap::new(d))) as _
+        }),
+        ("LazyDfa", |d| Box::new(Grouped::new(LazyDfa::new(d))) as _),
+        ("LazyDfa(budget=400)", |d| {
+            Box::new(Grouped::new(LazyDfa::with_budget(d, 400))) as _
         }),
         ("InvertedBitmap(cache=3)", |d| {
             Box::new(Grouped::new(InvertedBitmap::with_cache_size(d, 3))) as _

@@ -4,7 +4,9 @@ mod common;
 
 use common::{agree_with_oracle, crowd_ops, ops, Factory};
 use proptest::test_runner::{Config, TestRunner};
-use topicmatch::{CSTrie, Cached, Dialect, Grouped, InvertedBitmap, LevelBitmap, Matcher, Trie};
+use topicmatch::{
+    CSTrie, Cached, Dialect, Grouped, InvertedBitmap, LazyDfa, LevelBitmap, Matcher, Trie,
+};
 
 /// Cases per dialect; each case holds up to 400 operations, about half of them lookups, so
 /// every matcher is compared on well over 100,000 lookups per dialect.
@@ -23,6 +25,15 @@ fn matchers() -> Vec<(&'static str, Factory)> {
             Box::new(InvertedBitmap::with_cache_size(d, 0))
         }),
         ("LevelBitmap", |d| Box::new(LevelBitmap::new(d))),
+        ("LazyDfa", |d| Box::new(LazyDfa::new(d))),
+        // Budgets that a few states fill: most lookups flush the cache, and at 400 bytes most
+        // flush twice and simulate the NFA, so the three paths of a lookup are all compared.
+        ("LazyDfa(budget=400)", |d| {
+            Box::new(LazyDfa::with_budget(d, 400))
+        }),
+        ("LazyDfa(budget=3000)", |d| {
+            Box::new(LazyDfa::with_budget(d, 3000))
+        }),
         // Result caches smaller than the topic space, so entries are evicted; the first two
         // store on every miss (admission would turn a cache off on these mostly-cold
         // workloads and test the bypass instead, as the third does).

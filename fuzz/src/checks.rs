@@ -4,8 +4,8 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use topicmatch::{
-    reference, CSTrie, Cached, Dialect, InvertedBitmap, LevelBitmap, Matcher, NaiveMatcher,
-    SubscriberId, Token, Trie,
+    reference, CSTrie, Cached, Dialect, InvertedBitmap, LazyDfa, LevelBitmap, Matcher,
+    NaiveMatcher, SubscriberId, Token, Trie,
 };
 
 /// Any bytes, in every dialect: parsing never panics, a parsed pattern or topic gives back its
@@ -102,7 +102,10 @@ pub fn check_differential(case: &Case) {
     // Result caches small enough to evict, one always storing (admission off).
     let cached_cstrie = Cached::new(CSTrie::new(d), 4).without_admission();
     let cached_trie = Cached::new(Trie::new(d), 2);
-    let ms: [&dyn Matcher; 7] = [
+    // The lazy DFA with room for every state an input can build, and with so little that
+    // lookups flush the cache and fall back to simulating the NFA.
+    let (dfa, tiny_dfa) = (LazyDfa::new(d), LazyDfa::with_budget(d, 600));
+    let ms: [&dyn Matcher; 9] = [
         &trie,
         &cstrie,
         &inverted,
@@ -110,6 +113,8 @@ pub fn check_differential(case: &Case) {
         &level,
         &cached_cstrie,
         &cached_trie,
+        &dfa,
+        &tiny_dfa,
     ];
     let mut snapshots: Vec<(CSTrie, NaiveMatcher)> = Vec::new();
     for op in &case.ops {
