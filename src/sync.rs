@@ -17,3 +17,22 @@ pub(crate) use std::sync::{Mutex, RwLock};
 pub(crate) use loom::sync::atomic::fence;
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, RwLock};
+
+/// Pins on `collector`, for the loom models: under loom the default collector is a loom
+/// `lazy_static`, so each structure carries a collector made inside the model, and each loom
+/// thread keeps one handle on it, as `epoch::pin` keeps one per thread on the default
+/// collector (a thread that meets another collector registers with it instead).
+#[cfg(loom)]
+pub(crate) fn pin_on(collector: &crossbeam_epoch::Collector) -> crossbeam_epoch::Guard {
+    loom::thread_local! {
+        static HANDLE: std::cell::RefCell<Option<crossbeam_epoch::LocalHandle>> =
+            std::cell::RefCell::new(None);
+    }
+    HANDLE.with(|h| {
+        let mut h = h.borrow_mut();
+        if !matches!(&*h, Some(h) if h.collector() == collector) {
+            *h = Some(collector.register());
+        }
+        h.as_ref().expect("just set").pin()
+    })
+}

@@ -193,22 +193,11 @@ impl CSTrie {
         self.pin()
     }
 
-    /// Under loom the default collector is a loom `lazy_static`, so each trie family carries
-    /// a collector made inside the model, and each loom thread keeps one handle on it, as
-    /// `epoch::pin` keeps one per thread on the default collector.
+    /// Under loom each trie family carries a collector made inside the model
+    /// ([`crate::sync::pin_on`]).
     #[cfg(loom)]
     fn pin(&self) -> Guard {
-        loom::thread_local! {
-            static HANDLE: std::cell::RefCell<Option<crossbeam_epoch::LocalHandle>> =
-                std::cell::RefCell::new(None);
-        }
-        HANDLE.with(|h| {
-            let mut h = h.borrow_mut();
-            if !matches!(&*h, Some(h) if h.collector() == &self.collector) {
-                *h = Some(self.collector.register());
-            }
-            h.as_ref().expect("just set").pin()
-        })
+        crate::sync::pin_on(&self.collector)
     }
 
     /// Pins and flushes until the garbage retired so far is freed, for the loom models: each

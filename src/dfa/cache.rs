@@ -269,8 +269,8 @@ const FIRST_SLOTS: usize = 16;
 pub(crate) struct Full;
 
 impl Generation {
-    /// An empty generation. `_budget` is charged as the generation grows.
-    pub(crate) fn new(_budget: usize) -> Generation {
+    /// An empty generation; what it takes is charged against the budget as it grows.
+    pub(crate) fn new() -> Generation {
         let cap = FIRST_SLOTS;
         Generation {
             slots: RwLock::new((0..cap).map(|_| Atomic::null()).collect()),

@@ -153,7 +153,7 @@ impl LazyDfa {
             budget: cache_bytes,
             nfa: RwLock::new(Nfa::new(dialect)),
             version: AtomicU64::new(0),
-            cache: Atomic::new(Generation::new(cache_bytes)),
+            cache: Atomic::new(Generation::new()),
             len: AtomicUsize::new(0),
             counters: Counters::default(),
             drop_on_write: false,
@@ -197,7 +197,7 @@ impl LazyDfa {
         let guard = self.pin();
         let old = self
             .cache
-            .swap(Owned::new(Generation::new(self.budget)), AcqRel, &guard);
+            .swap(Owned::new(Generation::new()), AcqRel, &guard);
         // SAFETY: unlinked just now; freed after the readers pinned now unpin.
         unsafe { guard.defer_destroy(old) };
     }
@@ -211,17 +211,7 @@ impl LazyDfa {
     /// inside the model (as `CSTrie` does).
     #[cfg(loom)]
     fn pin(&self) -> Guard {
-        loom::thread_local! {
-            static HANDLE: std::cell::RefCell<Option<crossbeam_epoch::LocalHandle>> =
-                std::cell::RefCell::new(None);
-        }
-        HANDLE.with(|h| {
-            let mut h = h.borrow_mut();
-            if !matches!(&*h, Some(h) if h.collector() == &self.collector) {
-                *h = Some(self.collector.register());
-            }
-            h.as_ref().expect("just set").pin()
-        })
+        crate::sync::pin_on(&self.collector)
     }
 
     fn read_nfa(&self) -> ReadGuard<'_> {
@@ -300,7 +290,7 @@ impl LazyDfa {
 
     /// Replaces `gen` with an empty generation, unless another thread did first.
     fn flush(&self, gen: Shared<'_, Generation>, guard: &Guard) {
-        let fresh = Owned::new(Generation::new(self.budget));
+        let fresh = Owned::new(Generation::new());
         if self
             .cache
             .compare_exchange(gen, fresh, AcqRel, Acquire, guard)
@@ -446,7 +436,7 @@ impl LazyDfa {
             }
             let old = self
                 .cache
-                .swap(Owned::new(Generation::new(self.budget)), AcqRel, &guard);
+                .swap(Owned::new(Generation::new()), AcqRel, &guard);
             // SAFETY: unlinked just now; freed after the readers pinned now unpin.
             unsafe { guard.defer_destroy(old) };
         } else {
