@@ -41,8 +41,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3 bench-amqtt bench-mercure
 
 # Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
-FUZZ_TARGETS := parse differential
-FUZZ_SECONDS ?= 45
+FUZZ_TARGETS := parse differential arrow
+FUZZ_SECONDS ?= 30
 FUZZ_LONG_SECONDS ?= 3600
 CARGO_FUZZ_VERSION := 0.13.2
 # The atheris harness of the Python API: its inputs are programs of a few dozen calls.
@@ -84,7 +84,7 @@ build: venv
 test: build test-rust test-loom test-python test-fuzz test-dist
 
 test-rust:
-	cargo test --release --all-targets
+	cargo test --release --all-targets --features arrow
 
 test-loom:
 	@if grep -rqs 'cfg(all(test, loom))' src; then \
@@ -166,7 +166,8 @@ bench-mercure: build
 # retired nodes are freed later by crossbeam-epoch, so every input looked like a leak and paid
 # for a scan of the whole heap, which halved its speed (924 against 1,803 execs/s in 40 s
 # runs). Leaks there are caught by `make leak-check` (valgrind over the corpus the runs
-# grew) and by the counting-allocator tests (tests/cstrie_memory.rs, tests/soak.rs).
+# grew) and by the counting-allocator tests (tests/cstrie_memory.rs, tests/soak.rs). `arrow`
+# builds CSTries too, so it runs with the same flag.
 FUZZ_FLAGS_parse := -detect_leaks=1
 FUZZ_FLAGS_differential := -detect_leaks=0
 test-fuzz: test-fuzz-rust test-fuzz-python
@@ -174,7 +175,7 @@ test-fuzz: test-fuzz-rust test-fuzz-python
 test-fuzz-rust:
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
 	@for t in $(FUZZ_TARGETS); do \
-		case $$t in differential) flags='$(FUZZ_FLAGS_differential)';; \
+		case $$t in differential|arrow) flags='$(FUZZ_FLAGS_differential)';; \
 			*) flags='$(FUZZ_FLAGS_parse)';; esac; \
 		mkdir -p target/fuzz-corpus/$$t && \
 		(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --release $$t \

@@ -24,6 +24,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "arrow")]
+pub mod arrow;
 pub mod bitmap;
 pub mod cache;
 pub mod cstrie;

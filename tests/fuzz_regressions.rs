@@ -3,6 +3,9 @@
 //! `FUZZ_CORPUS_EXTRA=DIR` adds `DIR/<target>/` too: `make leak-check` replays the corpus that
 //! the fuzz runs grew (target/fuzz-corpus/) under valgrind.
 
+#[cfg(feature = "arrow")]
+#[path = "../fuzz/src/arrow_checks.rs"]
+mod arrow_checks;
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
 
@@ -44,5 +47,15 @@ fn differential_corpus_and_regressions_hold() {
     assert!(!all.is_empty(), "the differential corpus is empty");
     for data in all {
         checks::check_differential_bytes(&data);
+    }
+}
+
+#[cfg(feature = "arrow")]
+#[test]
+fn arrow_corpus_and_regressions_hold() {
+    let all = inputs("arrow");
+    assert!(!all.is_empty(), "the arrow corpus is empty");
+    for data in all {
+        arrow_checks::check_arrow_bytes(&data);
     }
 }

@@ -28,6 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "python")
 
 import topicmatch as tm  # noqa: E402
 
+try:
+    import pyarrow as pa  # noqa: E402
+except ImportError:  # the Arrow check is skipped without it
+    pa = None
+
 import reference  # noqa: E402
 
 DIALECTS = ("amqp", "mqtt", "nats")
@@ -259,6 +264,35 @@ class TopicModel:
         return {s for p, s in self.pairs if reference.matches(self.dialect, p, topic)}
 
 
+def check_arrow(m: object, model: TopicModel, xs: list[object], outcomes: list) -> None:
+    """`lookup_arrow` on the same topics as a `lookup_many` (those of them that are UTF-8
+    text, plus a null): each row is the model's answer, a null with a reason, or the call
+    raises TypeError because a matched subscriber is not an int (1.0, "a", ...)."""
+    if pa is None:
+        return
+    rows = [(x, o) for x, o in zip(xs, outcomes, strict=True) if o[1] in (None, tm.InvalidTopic)]
+    texts = [t for _, (t, _) in rows]
+    try:
+        array = pa.array([*texts, None], pa.string())
+    except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate is no Arrow string
+        return
+    got, raised = call(m.lookup_arrow, array)
+    matched = set().union(*(model.lookup(t) for t, e in (o for _, o in rows) if e is None))
+    if raised is not None:
+        check_raised(raised, TypeError, f"lookup_arrow {texts!r}")
+        # Legitimate when a matched subscriber is no int, or is 1, which may be held as 1.0.
+        check(any(k[0] != "num" or k[1] == 1 for k in matched), "arrow TypeError", texts)
+        return
+    subscribers, reasons = (a.to_pylist() for a in got)
+    check(subscribers[-1] is None and reasons[-1] == "null topic", "null row", reasons[-1])
+    for (_, (t, err)), subs, why in zip(rows, subscribers, reasons, strict=False):
+        if err is not None:
+            check(subs is None and why.startswith("invalid topic"), "arrow bad topic", t, why)
+            continue
+        check(why is None and len(subs) == len(set(subs)), "arrow row", t, subs, why)
+        check({("num", v) for v in subs} == model.lookup(t), "arrow lookup", t, subs)
+
+
 def subscriber_error(s: object) -> type[BaseException] | None:
     if not hashable(s):
         return TypeError
@@ -355,6 +389,7 @@ def run_topic(r: Reader) -> None:
                 check(raised is None and len(got) == len(xs), "lookup_many", xs, raised)
                 for (text, _), one in zip(outcomes, got, strict=True):
                     check(result_keys(one, same_objects=True) == model.lookup(text), text)
+            check_arrow(m, model, xs, outcomes)
         elif op == 4:  # remove_subscriber
             s = POOL[r.below(len(POOL))]
             got, raised = call(m.remove_subscriber, s)

@@ -63,7 +63,7 @@ pub struct Case {
     pub ops: Vec<Op>,
 }
 
-fn text(d: Dialect, words: &[u8]) -> String {
+pub fn text(d: Dialect, words: &[u8]) -> String {
     let sep = (d.separator() as char).to_string();
     let ws: Vec<&str> = words
         .iter()

@@ -1,11 +1,18 @@
 """Type stubs for the native module `topicmatch._core`."""
 
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Literal, Self, TypeAlias, final
+from typing import Any, Literal, Protocol, Self, TypeAlias, final
 
 _Dialect: TypeAlias = Literal["amqp", "mqtt", "nats"]
 _Text: TypeAlias = str | bytes
 _Pairs: TypeAlias = Iterable[tuple[_Text, Hashable] | tuple[_Text, Hashable, str]]
+
+class _ArrowArrayExportable(Protocol):
+    """An Arrow array by the PyCapsule interface (pyarrow.Array, nanoarrow, arro3, ...)."""
+
+    def __arrow_c_array__(
+        self, requested_schema: object | None = None
+    ) -> tuple[object, object]: ...
 
 __version__: str
 __all__ = [
@@ -78,6 +85,11 @@ class _TopicMatcher:
         """Every (group, filter, subscriber) membership."""
 
     def lookup_many(self, topics: Iterable[_Text]) -> list[list[Hashable]]: ...
+    def lookup_arrow(self, topics: _ArrowArrayExportable) -> tuple[Any, Any]:
+        """`(subscribers, reasons)` for an Arrow string array, as two pyarrow arrays:
+        `list<int64>` (the int subscribers of each topic, null for a rejected one) and
+        `string` (null, or why the topic was rejected). Subscribers must be ints."""
+
     def count(self, topic: _Text) -> int: ...
     def count_many(self, topics: Iterable[_Text]) -> list[int]: ...
     def has_interest(self, topic: _Text) -> bool:

@@ -17,23 +17,26 @@ Driver, once per call to :func:`route`:
     invalid pattern raises :class:`topicmatch.InvalidPattern` naming the row, before any
     message is routed), and built into one matcher. Each distinct subscriber gets an integer
     id; the matcher holds ``(pattern, id)`` pairs. Its pickled form (the pairs, see
-    ``__reduce__``) and the subscriber names are shipped in one Spark broadcast.
+    ``__reduce__``) and the subscriber names are written to one file, which goes to the
+    workers with the session's artifacts (``addArtifacts(file=True)``): on a classic session
+    that is ``SparkContext.addFile``, on a Spark Connect session an upload to the server in
+    small chunks. Neither needs a ``SparkContext``, and neither puts the matcher in the query
+    plan, whose size Spark Connect caps (one gRPC message, 128 MiB by default) and which it
+    sends again with every action.
 
-Python worker, once per worker process and broadcast:
-    the matcher is rebuilt from the broadcast and kept in a module-level cache keyed by the
-    broadcast's id, so later tasks and later micro-batches that reach the same (reused) worker
-    do not rebuild it.
+Python worker, once per worker process and route call:
+    the matcher is rebuilt from that file (``SparkFiles.get``) and kept in a module-level cache
+    keyed by a key made for the call, so later tasks and later micro-batches that reach the
+    same (reused) worker do not rebuild it.
 
 Python worker, once per Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows,
 10,000 by default), through ``mapInArrow``:
-    the topic column becomes a list of ``str`` and goes to ``lookup_many`` in chunks of
-    ``CHUNK`` topics; the Rust core matches a whole chunk with the GIL released and hands back
-    lists of subscriber ids. Arrow turns those into a list array, maps ids to names with one
-    ``take``, and appends it (``subscribers``) and ``reason`` to the batch's own columns, which
-    pass through untouched. No Python code runs per row on this path. Null topics are set
-    aside and put back by Arrow kernels. Only a chunk that holds an invalid topic
-    (``lookup_many`` stops at the first one) is redone topic by topic, to find each bad topic
-    and its reason.
+    the topic column goes, as the Arrow array it is, to the matcher's ``lookup_arrow``: the
+    Rust core reads the strings in place, routes the whole batch with the GIL released, and
+    answers with two Arrow arrays, the subscriber ids of each message (null when rejected) and
+    the reasons (null topic, invalid topic). One ``take`` maps ids to names, and both columns
+    (``subscribers``, ``reason``) are appended to the batch's own columns, which pass through
+    untouched. No Python object is made per row, and an invalid topic costs its own row only.
 
 JVM (Spark SQL), after the batch function:
     ``explode`` of the subscriber arrays into delivery rows, the split into deliveries and
@@ -48,20 +51,28 @@ counts per micro-batch; or call :func:`split` on each micro-batch of
 
 The topic column is cast to string before routing (so a binary or numeric topic is routed as
 its string form, and carried through in that form); subscribers are strings too.
+
+Classic sessions and Spark Connect sessions (``SparkSession.builder.remote(...)``, which needs
+``pyspark[connect]``) are served alike. On Spark Connect the function of ``foreachBatch`` runs
+in a Python process of the server, so :meth:`RouteResult.write_stream`'s ``on_batch`` is
+called there, not in the caller's process.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import pickle
+import shutil
+import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -69,17 +80,14 @@ from pyspark.sql.streaming import StreamingQuery
 
 import topicmatch as tm
 
-#: Topics per ``lookup_many`` call. A chunk holding an invalid topic is redone topic by topic,
-#: so smaller chunks make bad rows cheaper and good ones a little dearer.
-CHUNK = 4096
-#: The ``reason`` of a message whose topic is null.
+#: The ``reason`` of a message whose topic is null (the one ``lookup_arrow`` gives).
 NULL_TOPIC = "null topic"
 #: Columns that :func:`route` adds to the message's columns.
 SUBSCRIBERS = "subscribers"
 SUBSCRIBER = "subscriber"
 REASON = "reason"
 
-__all__ = ["CHUNK", "NULL_TOPIC", "RouteResult", "resolve_matcher", "route", "route_batch", "split"]
+__all__ = ["NULL_TOPIC", "RouteResult", "resolve_matcher", "route", "route_batch", "split"]
 
 
 def resolve_matcher(matcher: str | type | None = None) -> type:
@@ -99,6 +107,11 @@ def resolve_matcher(matcher: str | type | None = None) -> type:
             if hasattr(cls, "lookup_many"):
                 return cls
     raise ValueError(f"topicmatch has no matcher class named {matcher!r}")
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session (no ``sparkContext``, no JVM in reach)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
 # -- driver side ------------------------------------------------------------------------------
@@ -136,23 +149,67 @@ def _build(rows: list[tuple[Any, Any]], dialect: str, cls: type) -> tuple[Any, l
     raise AssertionError("the matcher rejected a pattern that no row holds")  # pragma: no cover
 
 
+#: This process's folder of matcher files, made on first use and removed at exit. A classic
+#: driver serves an added file from its own path (``SparkContext.addFile`` copies it only in
+#: local mode), so the file stays for the life of the process.
+_SHIP_DIR: Path | None = None
+
+
+def _ship_dir() -> Path:
+    global _SHIP_DIR
+    if _SHIP_DIR is None:
+        _SHIP_DIR = Path(tempfile.mkdtemp(prefix="topicmatch-matchers-"))
+        atexit.register(shutil.rmtree, _SHIP_DIR, ignore_errors=True)
+    return _SHIP_DIR
+
+
+def _ship(spark: Any, built: Any, names: list[str], key: str) -> MatcherFile:
+    """Writes the matcher and the names to a file named after `key` and adds it to the
+    session's artifacts, so that every worker of the session can read it."""
+    shipped = MatcherFile(f"topicmatch-matcher-{key}.pickle")
+    path = _ship_dir() / shipped.name
+    with path.open("wb") as f:
+        pickle.dump((pickle.dumps(built, protocol=5), names), f, protocol=5)
+    spark.addArtifacts(str(path), file=True)
+    if is_connect(spark):
+        path.unlink()  # uploaded: the server keeps its own copy
+    return shipped
+
+
 # -- worker side ------------------------------------------------------------------------------
 
-#: Per Python worker: broadcast key -> (matcher, subscriber names as an Arrow array). The key
-#: is made on the driver, one per broadcast (PySpark's worker-side broadcast object does not
-#: expose its id). Only the newest few are kept, so a long-lived worker does not hoard old
-#: matchers.
+@dataclass(frozen=True)
+class MatcherFile:
+    """Where a worker finds the matcher of one route call: a file of the session's artifacts.
+    ``value`` reads it (on a worker, where ``SparkFiles`` knows the session's folder)."""
+
+    name: str
+
+    @property
+    def value(self) -> tuple[bytes, list[str]]:
+        from pyspark import SparkFiles
+
+        with open(SparkFiles.get(self.name), "rb") as f:
+            payload, names = pickle.load(f)
+        return payload, names
+
+
+#: Per Python worker: matcher key -> (matcher, subscriber names as an Arrow array). The key is
+#: made on the driver, one per route call. Only the newest few are kept, so a long-lived worker
+#: does not hoard old matchers.
 _WORKER_CACHE: dict[str, tuple[Any, pa.Array]] = {}
 _WORKER_CACHE_SIZE = 4
-#: How many times this process rebuilt a matcher, by broadcast key (for tests and diagnosis).
+#: How many times this process rebuilt a matcher, by matcher key (for tests and diagnosis).
 rebuilds: Counter[str] = Counter()
 
 
-def _worker_state(broadcast: Any, key: str) -> tuple[Any, pa.Array]:
-    """The matcher and names of `broadcast`, rebuilt once per process and cached."""
+def _worker_state(shipped: Any, key: str) -> tuple[Any, pa.Array]:
+    """The matcher and names that `shipped` holds (anything whose ``value`` is the pickled
+    matcher and the names, such as a :class:`MatcherFile`), rebuilt once per process and
+    cached under `key`."""
     state = _WORKER_CACHE.get(key)
     if state is None:
-        payload, names = broadcast.value
+        payload, names = shipped.value
         state = (pickle.loads(payload), pa.array(names, type=pa.string()))
         rebuilds[key] += 1
         while len(_WORKER_CACHE) >= _WORKER_CACHE_SIZE:
@@ -161,64 +218,29 @@ def _worker_state(broadcast: Any, key: str) -> tuple[Any, pa.Array]:
     return state
 
 
-def _lookup(matcher: Any, topics: list[str]) -> tuple[list[list[int] | None], dict[int, str]]:
-    """One list of subscriber ids per topic (None for an invalid topic) and the reasons of the
-    invalid ones by position."""
-    results: list[list[int] | None] = []
-    bad: dict[int, str] = {}
-    for start in range(0, len(topics), CHUNK):
-        chunk = topics[start : start + CHUNK]
-        try:
-            results.extend(matcher.lookup_many(chunk))
-            continue
-        except tm.InvalidTopic:
-            pass
-        for j, topic in enumerate(chunk):
-            try:
-                results.append(matcher.lookup(topic))
-            except tm.InvalidTopic as err:
-                results.append(None)
-                bad[start + j] = str(err)
-    return results, bad
-
-
 def route_batch(
     batch: pa.RecordBatch, topic_col: str, matcher: Any, names: pa.Array
 ) -> pa.RecordBatch:
     """Appends ``subscribers`` (list of names; empty when unmatched, null when rejected) and
-    ``reason`` (null unless rejected) to one Arrow batch of messages. Python touches the rows
-    only through ``to_pylist`` and ``lookup_many``; null topics are set aside and put back by
-    Arrow kernels, and only the invalid topics found are visited one by one."""
+    ``reason`` (null unless rejected) to one Arrow batch of messages. The matcher's
+    ``lookup_arrow`` routes the topic column in Rust with the GIL released and answers with
+    subscriber ids and reasons as Arrow arrays; one ``take`` turns ids into names. No Python
+    code runs per row, and an invalid topic costs its own row only."""
     topics = batch.column(batch.schema.get_field_index(topic_col))
-    valid = topics.is_valid() if topics.null_count else None
-    present = topics if valid is None else topics.filter(valid)
-    results, bad = _lookup(matcher, present.to_pylist())
-    ids = pa.array(results, type=pa.list_(pa.int32()))
-    reasons = pa.nulls(len(present), pa.string())
-    if bad:
-        found = pa.array([bad.get(i) for i in range(len(present))], pa.string())
-        reasons = found
-    if valid is not None:
-        # Row i of the batch is row (number of valid rows up to i) - 1 of `present`, or null.
-        position = pc.subtract(pc.cumulative_sum(valid.cast(pa.int64())), 1)
-        index = pc.if_else(valid, position, pa.scalar(None, pa.int64()))
-        ids = ids.take(index)
-        reasons = pc.if_else(valid, reasons.take(index), pa.scalar(NULL_TOPIC, pa.string()))
-    if ids.null_count:
-        named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values), mask=ids.is_null())
-    else:
-        named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values))
+    ids, reasons = matcher.lookup_arrow(topics)
+    mask = ids.is_null() if ids.null_count else None
+    named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values), mask=mask)
     return pa.RecordBatch.from_arrays(
         [*batch.columns, named, reasons], names=[*batch.schema.names, SUBSCRIBERS, REASON]
     )
 
 
 def _route_partition(
-    batches: Iterable[pa.RecordBatch], broadcast: Any, key: str, topic_col: str
+    batches: Iterable[pa.RecordBatch], shipped: Any, key: str, topic_col: str
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function: module-level, so it pickles by reference and finds the
     worker cache of its own module."""
-    matcher, names = _worker_state(broadcast, key)
+    matcher, names = _worker_state(shipped, key)
     for batch in batches:
         yield route_batch(batch, topic_col, matcher, names)
 
@@ -236,8 +258,9 @@ class RouteResult:
     routed: DataFrame
     message_columns: tuple[str, ...]
     explode: bool = True
-    #: The key of the matcher's broadcast in the workers' caches (None after :func:`split`).
-    broadcast_key: str | None = None
+    #: The key of the matcher in the workers' caches and in ``rebuilds`` (None after
+    #: :func:`split`).
+    matcher_key: str | None = None
 
     @property
     def is_streaming(self) -> bool:
@@ -392,8 +415,8 @@ def route(
         F.col(_quote(pattern_col)).cast("string"), F.col(_quote(subscriber_col)).cast("string")
     ).collect()
     built, names = _build([(r[0], r[1]) for r in rows], dialect, cls)
-    spark = messages_df.sparkSession
-    broadcast = spark.sparkContext.broadcast((pickle.dumps(built, protocol=5), names))
+    key = uuid.uuid4().hex
+    shipped = _ship(messages_df.sparkSession, built, names, key)
 
     messages = messages_df.withColumn(topic_col, F.col(_quote(topic_col)).cast("string"))
     schema = T.StructType(
@@ -403,7 +426,6 @@ def route(
             T.StructField(REASON, T.StringType(), True),
         ]
     )
-    key = uuid.uuid4().hex
-    fn = functools.partial(_route_partition, broadcast=broadcast, key=key, topic_col=topic_col)
+    fn = functools.partial(_route_partition, shipped=shipped, key=key, topic_col=topic_col)
     routed = messages.mapInArrow(fn, schema)
     return RouteResult(routed, tuple(messages.columns), explode, key)

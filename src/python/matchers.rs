@@ -239,6 +239,13 @@ macro_rules! topic_matcher_class {
                 self.inner.lookup_many(topics)
             }
 
+            /// `(subscribers, reasons)` for an Arrow array of topics, as two pyarrow arrays:
+            /// `list<int64>` of int subscribers (null for a rejected topic) and `string`
+            /// reasons (null for a routed one). The GIL is released for the whole batch.
+            fn lookup_arrow<'py>(&self, topics: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+                self.inner.lookup_arrow(topics)
+            }
+
             /// How many subscribers `topic` reaches, without making their list.
             fn count(&self, topic: &Bound<'_, PyAny>) -> PyResult<usize> {
                 self.inner.count(topic)

@@ -2,6 +2,7 @@
 //! released where the work can be long) and convert the result; nothing else lives here.
 
 mod answers;
+mod arrow;
 mod errors;
 mod gil;
 mod headers;

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use pyo3::prelude::*;
 use pyo3::sync::{MutexExt, RwLockExt};
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 
 use super::answers::{self, Answers, Stale, MIN_IDS};
 use crate::groups::GROUP_BIT;
@@ -68,6 +68,9 @@ pub(crate) struct Registry {
     ids: Py<PyDict>,
     slots: Mutex<Slots>,
     objects: RwLock<Vec<Option<Py<PyAny>>>>,
+    /// Beside `objects`, each live id's subscriber as an `i64` when it is an int that fits,
+    /// read without the GIL by `lookup_arrow`. Same guard rule as `objects`.
+    ints: RwLock<Vec<IntValue>>,
     /// How many ids have been released: an id's object changes only through a release, so
     /// while this stands still every live id keeps its object (what [`Answers`] relies on).
     releases: AtomicU64,
@@ -89,6 +92,7 @@ impl Registry {
             ids: PyDict::new(py).unbind(),
             slots: Mutex::default(),
             objects: RwLock::default(),
+            ints: RwLock::default(),
             releases: AtomicU64::new(0),
             answers: Answers::default(),
             free: Arc::default(),
@@ -150,6 +154,19 @@ impl Registry {
             objects.resize_with(id as usize + 1, || None);
         }
         objects[id as usize] = Some(obj.clone().unbind());
+        drop(objects);
+        let value = match obj.cast::<PyInt>() {
+            Ok(int) => int.extract().map_or(IntValue::NotInt, IntValue::Int),
+            Err(_) => IntValue::NotInt,
+        };
+        let mut ints = self
+            .ints
+            .write_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        if id as usize >= ints.len() {
+            ints.resize(id as usize + 1, IntValue::Released);
+        }
+        ints[id as usize] = value;
         Ok(id)
     }
 
@@ -220,6 +237,9 @@ impl Registry {
             // Already released: the id must reach the free list once only.
             return;
         };
+        self.ints
+            .write_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner)[id as usize] = IntValue::Released;
         // After the object is gone from the table: a reader that saw the old count and then
         // reads the table either finds the object gone or stamps a tuple with a stale count.
         self.releases.fetch_add(1, Release);
@@ -360,6 +380,13 @@ impl Registry {
         list_of(py, &objects, ids)
     }
 
+    /// The subscriber of one id as an `i64`, read without the GIL. Same guard rule as
+    /// `objects`.
+    pub(crate) fn int_value(&self, id: SubscriberId) -> IntValue {
+        let ints = self.ints.read().unwrap_or_else(PoisonError::into_inner);
+        ints.get(id as usize).copied().unwrap_or(IntValue::Released)
+    }
+
     /// The object of one id, or `None` if it was released. Same guard rule as `objects`.
     pub(crate) fn object<'py>(
         &self,
@@ -375,6 +402,17 @@ impl Registry {
             .as_ref()
             .map(|o| o.bind(py).clone())
     }
+}
+
+/// A subscriber as `lookup_arrow` sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IntValue {
+    /// An int that fits in an `i64`.
+    Int(i64),
+    /// Any other object, or an int out of range.
+    NotInt,
+    /// No subscriber has this id now.
+    Released,
 }
 
 /// The list of the objects of `ids` in `objects`, skipping released ids.

@@ -10,14 +10,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use super::answers::CollectorPaused;
 use super::errors::{read_only, to_py, InvalidTopic};
 use super::gil;
-use super::registry::Registry;
+use super::registry::{IntValue, Registry};
 use super::text::{utf8, Kind};
 use crate::dialect::Dialect;
 use crate::groups::{self, GroupMatch, Grouped};
@@ -363,6 +363,58 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         )?;
         let _paused = large.then(|| CollectorPaused::new(py));
         PyList::new(py, lists)
+    }
+
+    /// `lookup_many` for an Arrow array: the core routes the whole array with the GIL
+    /// released, mapping ids to int subscribers through the registry's table of them, and
+    /// answers with two Arrow arrays (see `crate::arrow`). A subscriber that is not an int
+    /// cannot go in an int64 column: that is a `TypeError`, raised after the batch.
+    pub(crate) fn lookup_arrow<'py>(
+        &self,
+        topics: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let py = topics.py();
+        let array = super::arrow::import(topics)?;
+        let (core, registry) = (&self.core, &self.registry);
+        // Pinned through the batch: an id it reads cannot be handed to another subscriber
+        // before its value is read (the registry's rule 1).
+        let guard = crossbeam_epoch::pin();
+        let (routed, not_int) = gil::detach(py, || {
+            let mut not_int = None;
+            let routed = crate::arrow::lookup_arrow(core.as_ref(), array.as_ref(), |id| {
+                match registry.int_value(id) {
+                    IntValue::Int(v) => Some(v),
+                    IntValue::Released => None,
+                    IntValue::NotInt => {
+                        not_int.get_or_insert(id);
+                        None
+                    }
+                }
+            });
+            (routed, not_int)
+        });
+        let routed = routed.map_err(|e| match e {
+            arrow_schema::ArrowError::InvalidArgumentError(why) => PyTypeError::new_err(why),
+            arrow_schema::ArrowError::OffsetOverflowError(n) => PyOverflowError::new_err(format!(
+                "the answer holds {n} or more subscribers, past an Arrow list's 2**31 - 1: \
+                 look the topics up in smaller arrays"
+            )),
+            other => PyValueError::new_err(other.to_string()),
+        })?;
+        if let Some(id) = not_int {
+            let what = match registry.object(py, id) {
+                Some(obj) => obj.repr()?.to_string(),
+                None => "a subscriber".to_owned(),
+            };
+            return Err(PyTypeError::new_err(format!(
+                "lookup_arrow answers with int64 subscribers; {what} is not an int that fits in \
+                 64 bits: subscribe ints (such as indexes into a table of names) to use it"
+            )));
+        }
+        drop(guard);
+        let subscribers = super::arrow::export(py, routed.subscribers)?;
+        let reasons = super::arrow::export(py, routed.reasons)?;
+        PyTuple::new(py, [subscribers, reasons])
     }
 
     /// How many subscribers `topic` reaches: a lookup that makes no Python object.

@@ -187,56 +187,7 @@ def test_bad_rows_are_rejected_with_reasons_and_counts_reconcile(spark, dialect)
     assert sum(result.fanout().values()) == len(good_ids)
 
 
-def test_an_invalid_topic_redoes_only_its_chunk(monkeypatch):
-    """Arrow batch level, no Spark: one bad topic in the middle of several chunks."""
-    monkeypatch.setattr(tms, "CHUNK", 4)
-    m = tm.Trie("mqtt", [("a/+", 0), ("#", 1)])
-    names = pa.array(["alice", "audit"])
-    topics = ["a/1", "b", "a/2", "c", "a/+", "d", None, "e", "f"]
-    batch = pa.record_batch({"topic": pa.array(topics, pa.string()), "n": list(range(9))})
-    out = tms.route_batch(batch, "topic", m, names).to_pydict()
-    assert out["n"] == list(range(9))
-    assert [sorted(s) if s is not None else None for s in out["subscribers"]] == [
-        ["alice", "audit"],
-        ["audit"],
-        ["alice", "audit"],
-        ["audit"],
-        None,
-        ["audit"],
-        None,
-        ["audit"],
-        ["audit"],
-    ]
-    assert out["reason"][4].startswith('invalid topic "a/+"')
-    assert out["reason"][6] == tms.NULL_TOPIC
-    assert [r for i, r in enumerate(out["reason"]) if i not in (4, 6)] == [None] * 7
-
-
-def test_route_batch_agrees_with_lookup_on_random_batches(monkeypatch):
-    """Arrow batch level, no Spark: nulls, invalid topics, sliced batches, any chunk size."""
-    import random
-
-    m = tm.Trie("nats", [("a.*", 0), (">", 1), ("a.b", 2)])
-    names = pa.array(["x", "y", "z"])
-    rng = random.Random(1)
-    pool = ["a.b", "a.c", "q", None, "a..b", "", "a b", "a.b.c"]
-    for _ in range(300):
-        topics = [rng.choice(pool) for _ in range(rng.randint(0, 40))]
-        monkeypatch.setattr(tms, "CHUNK", rng.randint(1, 8))
-        batch = pa.record_batch({"topic": pa.array(topics, pa.string())})
-        if len(topics) > 3 and rng.random() < 0.3:
-            batch, topics = batch.slice(2), topics[2:]
-        out = tms.route_batch(batch, "topic", m, names).to_pydict()
-        for topic, subs, why in zip(topics, out["subscribers"], out["reason"], strict=True):
-            if topic is None:
-                assert (subs, why) == (None, tms.NULL_TOPIC)
-                continue
-            try:
-                expected = sorted(names[i].as_py() for i in m.lookup(topic))
-            except tm.InvalidTopic as err:
-                assert (subs, why) == (None, str(err))
-                continue
-            assert (sorted(subs), why) == (expected, None)
+# route_batch on its own (Arrow in, Arrow out, no Spark): tests/python/test_arrow.py.
 
 
 # -- subscriptions ----------------------------------------------------------------------------

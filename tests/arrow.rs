@@ -1,0 +1,117 @@
+//! `topicmatch::arrow::lookup_arrow` equals the naive oracle row by row: valid topics, topics
+//! the dialect rejects (patterns used as topics), nulls, every string layout, and slices whose
+//! offsets do not start at zero. Needs the `arrow` feature (`make test` turns it on).
+#![cfg(feature = "arrow")]
+
+#[path = "../fuzz/src/arrow_checks.rs"]
+mod arrow_checks;
+#[path = "../fuzz/src/checks.rs"]
+mod checks;
+mod common;
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, LargeStringArray, StringArray, StringViewArray};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use topicmatch::arrow::lookup_arrow;
+use topicmatch::{CSTrie, Dialect, Grouped, LazyDfa, Matcher, NaiveMatcher, Trie};
+
+/// A topic of a batch: valid, maybe invalid (a pattern), or null.
+fn cell(d: Dialect) -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        6 => common::topic(d).prop_map(Some),
+        2 => common::pattern(d).prop_map(Some),
+        1 => Just(None),
+    ]
+}
+
+/// The topics as one of the three string layouts, sliced from `offset`.
+fn array(cells: &[Option<String>], layout: u8, offset: usize) -> ArrayRef {
+    let strs = cells.iter().map(Option::as_deref);
+    let full: ArrayRef = match layout {
+        0 => Arc::new(strs.collect::<StringArray>()),
+        1 => Arc::new(strs.collect::<LargeStringArray>()),
+        _ => Arc::new(strs.collect::<StringViewArray>()),
+    };
+    full.slice(offset, cells.len() - offset)
+}
+
+#[test]
+fn lookup_arrow_equals_the_oracle_in_every_dialect() {
+    let makers: Vec<(&str, common::Factory)> = vec![
+        ("Trie", |d| Box::new(Trie::new(d))),
+        ("CSTrie", |d| Box::new(CSTrie::new(d))),
+        ("LazyDfa", |d| Box::new(LazyDfa::new(d))),
+        ("Grouped<CSTrie>", |d| {
+            Box::new(Grouped::new(CSTrie::new(d)))
+        }),
+    ];
+    for d in Dialect::ALL {
+        let case = (
+            prop::collection::vec((common::pattern(d), 0..6u32), 0..30),
+            prop::collection::vec(cell(d), 0..40),
+            0..3u8,
+            0..4usize,
+        );
+        let mut runner = TestRunner::new(Config {
+            cases: 1000,
+            ..Config::default()
+        });
+        runner
+            .run(&case, |(pairs, cells, layout, offset)| {
+                let offset = offset.min(cells.len());
+                // The pattern strategy makes a few patterns the dialect rejects: left out.
+                let oracle = NaiveMatcher::new(d);
+                let pairs: Vec<_> = pairs
+                    .into_iter()
+                    .filter(|(p, s)| oracle.subscribe_str(p, *s).is_ok())
+                    .collect();
+                let topics = array(&cells, layout, offset);
+                for (_, make) in &makers {
+                    let m = make(d);
+                    for (p, s) in &pairs {
+                        m.subscribe_str(p, *s).unwrap();
+                    }
+                    // Values are the ids negated, so the mapping is seen to be applied.
+                    let value = |id| -i64::from(id);
+                    let routed =
+                        lookup_arrow(m.as_ref(), topics.as_ref(), |id| Some(value(id))).unwrap();
+                    arrow_checks::assert_rows(&oracle, &routed, &cells[offset..], value);
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{d:?}: {e}"));
+    }
+}
+
+#[test]
+fn other_array_types_are_refused_before_any_lookup() {
+    let m = Trie::new(Dialect::Amqp);
+    let ints = arrow_array::Int32Array::from(vec![1, 2]);
+    let err = lookup_arrow(&m, &ints, |id| Some(i64::from(id))).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("string, large_string or string_view"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_value_of_none_leaves_the_subscriber_out() {
+    let m = Trie::new(Dialect::Amqp);
+    m.subscribe_str("a", 1).unwrap();
+    m.subscribe_str("a", 2).unwrap();
+    let topics = StringArray::from(vec!["a", "b"]);
+    let routed = lookup_arrow(&m, &topics, |id| (id == 2).then_some(20)).unwrap();
+    assert_eq!(routed.subscribers.value(0).len(), 1);
+    assert_eq!(routed.subscribers.value(1).len(), 0);
+    assert_eq!(routed.rejected(), 0);
+}
+
+#[test]
+fn an_empty_array_gives_empty_columns() {
+    let m = Trie::new(Dialect::Nats);
+    let routed = lookup_arrow(&m, &StringArray::from(Vec::<&str>::new()), |_| None).unwrap();
+    assert_eq!((routed.subscribers.len(), routed.reasons.len()), (0, 0));
+}

@@ -1,0 +1,297 @@
+"""`lookup_arrow`: an Arrow string array of topics in, `(subscribers, reasons)` out, for every
+matcher class and dialect, against the independent statement of the semantics (reference.py);
+and `topicmatch.spark.route_batch`, which is built on it (no Spark needed here)."""
+
+from __future__ import annotations
+
+import gc
+import random
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import patterns, topics
+
+import topicmatch as tm
+
+import reference
+from conftest import TOPIC_MATCHERS
+
+pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed: pip install -e '.[spark]'")
+
+#: Topics each dialect rejects (AMQP rejects none).
+INVALID = {
+    "amqp": [],
+    "mqtt": ["", "a/+/c", "a/#", "+"],
+    "nats": ["", "a..b", "a b", "a.*", ">"],
+}
+STRING_TYPES = [pa.string(), pa.large_string(), pa.string_view()]
+
+
+def expected_rows(dialect, pairs, ts):
+    """(sorted subscribers or None, reason or None) per topic, from the reference."""
+    rows = []
+    for t in ts:
+        if t is None:
+            rows.append((None, "null topic"))
+        elif not reference.valid_topic(dialect, t):
+            rows.append((None, "invalid"))
+        else:
+            rows.append((sorted({s for p, s in pairs if reference.matches(dialect, p, t)}), None))
+    return rows
+
+
+def answer_rows(answer):
+    subscribers, reasons = answer
+    assert subscribers.type == pa.list_(pa.field("item", pa.int64(), nullable=False))
+    assert reasons.type == pa.string()
+    assert len(subscribers) == len(reasons)
+    rows = []
+    for subs, why in zip(subscribers.to_pylist(), reasons.to_pylist(), strict=True):
+        if why is not None and why.startswith("invalid topic"):
+            why = "invalid"
+        rows.append((None if subs is None else sorted(subs), why))
+    return rows
+
+
+@st.composite
+def batches(draw):
+    dialect = draw(st.sampled_from(tm.DIALECTS))
+    pairs = draw(st.sets(st.tuples(patterns(dialect), st.integers(-3, 6)), max_size=25))
+    topic = st.one_of(topics(dialect), st.none(), st.sampled_from(INVALID[dialect] or ["a"]))
+    ts = draw(st.lists(topic, max_size=30))
+    kind = draw(st.sampled_from(STRING_TYPES))
+    offset = draw(st.integers(0, min(3, len(ts))))
+    return dialect, sorted(pairs), ts, kind, offset
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches())
+def test_lookup_arrow_equals_the_reference(batch):
+    dialect, pairs, ts, kind, offset = batch
+    array = pa.array(ts, kind).slice(offset)  # a slice: its offsets do not start at 0
+    want = expected_rows(dialect, pairs, ts[offset:])
+    for cls in TOPIC_MATCHERS:
+        m = cls(dialect, pairs)
+        assert answer_rows(m.lookup_arrow(array)) == want, (cls.__name__, dialect)
+
+
+def test_reasons_are_the_errors_of_lookup(matcher_cls):
+    m = matcher_cls("mqtt", [("a/+", 1), ("#", 2)])
+    ts = ["a/b", "a/+", None, "", "b"]
+    subscribers, reasons = m.lookup_arrow(pa.array(ts))
+    for t, subs, why in zip(ts, subscribers.to_pylist(), reasons.to_pylist(), strict=True):
+        if t is None:
+            assert (subs, why) == (None, "null topic")
+            continue
+        try:
+            want = sorted(m.lookup(t))
+        except tm.InvalidTopic as err:
+            assert (subs, why) == (None, str(err))
+        else:
+            assert (sorted(subs), why) == (want, None)
+
+
+def test_empty_and_all_null_arrays(matcher_cls):
+    m = matcher_cls("amqp", [("a.*", 1)])
+    subscribers, reasons = m.lookup_arrow(pa.array([], pa.string()))
+    assert (len(subscribers), len(reasons)) == (0, 0)
+    subscribers, reasons = m.lookup_arrow(pa.nulls(3, pa.string()))
+    assert subscribers.to_pylist() == [None] * 3
+    assert reasons.to_pylist() == ["null topic"] * 3
+    subscribers, _ = tm.Trie("amqp").lookup_arrow(pa.array(["a", "b"]))
+    assert subscribers.to_pylist() == [[], []]
+
+
+def test_a_large_array_in_one_call(matcher_cls):
+    """100,000 topics, a few rejected, in every layout: one call, each row its own answer."""
+    rng = random.Random(7)
+    pairs = [(f"t.{i % 50}.*", i) for i in range(200)] + [("t.#", -1)]
+    m = matcher_cls("nats", [(p.replace("#", ">"), s) for p, s in pairs])
+    ts = [f"t.{rng.randrange(60)}.x" for _ in range(100_000)]
+    bad = set(rng.sample(range(len(ts)), 25))
+    for i in bad:
+        ts[i] = "t..x"
+    for kind in STRING_TYPES:
+        subscribers, reasons = m.lookup_arrow(pa.array(ts, kind))
+        assert subscribers.null_count == len(bad) == len(reasons) - reasons.null_count
+        got = subscribers.to_pylist()
+        for i in rng.sample(range(len(ts)), 300):
+            assert (got[i] is None) == (i in bad)
+            if i not in bad:
+                assert sorted(got[i]) == sorted(m.lookup(ts[i]))
+
+
+def test_groups_deliver_one_member_each():
+    m = tm.Trie("mqtt", [("a/#", 1)])
+    m.subscribe("a/+", 10, "g")
+    m.subscribe("a/+", 11, "g")
+    m.subscribe("$share/h/a/b", 20)
+    subscribers, _ = m.lookup_arrow(pa.array(["a/b"] * 40))
+    seen = [sorted(s) for s in subscribers.to_pylist()]
+    assert all(s[0] == 1 and len(s) == 3 and s[1] in (10, 11) and s[2] == 20 for s in seen)
+    assert {s[1] for s in seen} == {10, 11}  # the group's turn goes round
+
+
+def test_wrong_input_types_are_type_errors(matcher_cls):
+    m = matcher_cls("amqp", [("a", 1)])
+    with pytest.raises(TypeError, match="string, large_string or string_view"):
+        m.lookup_arrow(pa.array([1, 2]))
+    with pytest.raises(TypeError, match="string, large_string or string_view"):
+        m.lookup_arrow(pa.array([b"a"], pa.binary()))
+    with pytest.raises(TypeError, match="__arrow_c_array__"):
+        m.lookup_arrow(["a", "b"])
+    with pytest.raises(TypeError, match="combine_chunks"):
+        m.lookup_arrow(pa.chunked_array([["a"], ["b"]]))
+
+
+def test_a_subscriber_that_is_not_an_int_is_a_type_error(matcher_cls):
+    m = matcher_cls("amqp", [("a", 1), ("b", "bob"), ("c", 2**70)])
+    subscribers, _ = m.lookup_arrow(pa.array(["a", "x"]))
+    assert subscribers.to_pylist() == [[1], []]
+    with pytest.raises(TypeError, match="'bob' is not an int"):
+        m.lookup_arrow(pa.array(["a", "b"]))
+    with pytest.raises(TypeError, match="not an int that fits in 64 bits"):
+        m.lookup_arrow(pa.array(["c"]))
+    assert m.unsubscribe("b", "bob")
+    assert m.lookup_arrow(pa.array(["a", "b"]))[0].to_pylist() == [[1], []]
+
+
+def test_released_and_reused_ids_answer_with_their_own_values(matcher_cls):
+    m = matcher_cls("amqp", [("a", 5)])
+    m.unsubscribe("a", 5)
+    m.subscribe("a", "text")  # may take the id 5 had
+    m.unsubscribe("a", "text")
+    m.subscribe("a", 9)
+    assert m.lookup_arrow(pa.array(["a"]))[0].to_pylist() == [[9]]
+
+
+def test_snapshots_answer_from_their_own_time():
+    m = tm.CSTrie("amqp", [("a", 1)])
+    snap = m.snapshot()
+    m.unsubscribe("a", 1)
+    m.subscribe("a", 2)
+    assert snap.lookup_arrow(pa.array(["a"]))[0].to_pylist() == [[1]]
+    assert m.lookup_arrow(pa.array(["a"]))[0].to_pylist() == [[2]]
+
+
+def test_the_answer_outlives_the_matcher_and_the_input(matcher_cls):
+    m = matcher_cls("amqp", [("a.*", 3)])
+    answer = m.lookup_arrow(pa.array(["a.b", "c"]))
+    del m
+    gc.collect()
+    assert answer[0].to_pylist() == [[3], []]
+    answer[0].validate(full=True)
+    answer[1].validate(full=True)
+
+
+def test_readers_beside_a_writer_see_whole_answers():
+    """Lookups on 4 threads while one thread subscribes and unsubscribes: every answer holds
+    the fixed subscriber and only values that were ever subscribed."""
+    m = tm.CSTrie("mqtt", [("s/#", -1)])
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    array = pa.array([f"s/{i % 7}/x" for i in range(2_000)])
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            m.subscribe(f"s/{i % 7}/+", i % 100)
+            m.unsubscribe(f"s/{(i + 3) % 7}/+", (i + 3) % 100)
+            i += 1
+
+    def reader():
+        try:
+            for _ in range(30):
+                for subs in m.lookup_arrow(array)[0].to_pylist():
+                    assert -1 in subs and all(-1 <= s < 100 for s in subs)
+        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+
+    w = threading.Thread(target=writer)
+    readers = [threading.Thread(target=reader) for _ in range(4)]
+    w.start()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    stop.set()
+    w.join()
+    assert not errors, errors[0]
+
+
+# -- route_batch ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """topicmatch.spark, which imports pyspark (route_batch itself runs without Spark)."""
+    return pytest.importorskip("topicmatch.spark", reason="PySpark is not installed")
+
+
+def test_route_batch_names_subscribers_and_gives_reasons(spark):
+    m = tm.Trie("mqtt", [("a/+", 0), ("#", 1)])
+    names = pa.array(["alice", "audit"])
+    ts = ["a/1", "b", "a/2", "c", "a/+", "d", None, "e", "f"]
+    batch = pa.record_batch({"topic": pa.array(ts, pa.string()), "n": list(range(9))})
+    out = spark.route_batch(batch, "topic", m, names).to_pydict()
+    assert out["n"] == list(range(9))
+    assert [sorted(s) if s is not None else None for s in out["subscribers"]] == [
+        ["alice", "audit"],
+        ["audit"],
+        ["alice", "audit"],
+        ["audit"],
+        None,
+        ["audit"],
+        None,
+        ["audit"],
+        ["audit"],
+    ]
+    assert out["reason"][4].startswith('invalid topic "a/+"')
+    assert out["reason"][6] == spark.NULL_TOPIC
+    assert [r for i, r in enumerate(out["reason"]) if i not in (4, 6)] == [None] * 7
+
+
+def test_route_batch_agrees_with_lookup_on_random_batches(spark):
+    """Nulls, invalid topics, sliced batches, every string layout."""
+    m = tm.Trie("nats", [("a.*", 0), (">", 1), ("a.b", 2)])
+    names = pa.array(["x", "y", "z"])
+    rng = random.Random(1)
+    pool = ["a.b", "a.c", "q", None, "a..b", "", "a b", "a.b.c"]
+    for _ in range(300):
+        ts = [rng.choice(pool) for _ in range(rng.randint(0, 40))]
+        batch = pa.record_batch({"topic": pa.array(ts, rng.choice(STRING_TYPES))})
+        if len(ts) > 3 and rng.random() < 0.3:
+            batch, ts = batch.slice(2), ts[2:]
+        out = spark.route_batch(batch, "topic", m, names).to_pydict()
+        for topic, subs, why in zip(ts, out["subscribers"], out["reason"], strict=True):
+            if topic is None:
+                assert (subs, why) == (None, spark.NULL_TOPIC)
+                continue
+            try:
+                expected = sorted(names[i].as_py() for i in m.lookup(topic))
+            except tm.InvalidTopic as err:
+                assert (subs, why) == (None, str(err))
+                continue
+            assert (sorted(subs), why) == (expected, None)
+
+
+def test_route_batch_never_looks_topics_up_one_by_one(spark):
+    """An invalid topic costs its own row: the batch goes to lookup_arrow once, and neither
+    lookup nor lookup_many is called."""
+    calls = []
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def lookup_arrow(self, topics):
+            calls.append(len(topics))
+            return self.inner.lookup_arrow(topics)
+
+    m = Spy(tm.Trie("mqtt", [("a/+", 0)]))
+    batch = pa.record_batch({"topic": pa.array(["a/b", "a/+", "a/c"] * 100)})
+    out = spark.route_batch(batch, "topic", m, pa.array(["x"]))
+    assert calls == [300]
+    assert out.column(2).null_count == 200
