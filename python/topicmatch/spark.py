@@ -21,8 +21,11 @@ Driver, once per call to :func:`route`:
     workers with the session's artifacts (``addArtifacts(file=True)``): on a classic session
     that is ``SparkContext.addFile``, on a Spark Connect session an upload to the server in
     small chunks. Neither needs a ``SparkContext``, and neither puts the matcher in the query
-    plan, whose size Spark Connect caps (one gRPC message, 128 MiB by default) and which it
-    sends again with every action.
+    plan, whose size Spark Connect caps (one gRPC message of 128 MiB, after compression) and
+    which it sends again with every action. The exception is a stream on Spark Connect, whose
+    micro-batches run without the session's artifacts: there the matcher rides in the
+    ``mapInArrow`` function, in a plan sent once, when the query starts, and :func:`route`
+    raises ``ValueError`` if it would not fit.
 
 Python worker, once per worker process and route call:
     the matcher is rebuilt from that file (``SparkFiles.get``) and kept in a module-level cache
@@ -163,20 +166,64 @@ def _ship_dir() -> Path:
     return _SHIP_DIR
 
 
-def _ship(spark: Any, built: Any, names: list[str], key: str) -> MatcherFile:
-    """Writes the matcher and the names to a file named after `key` and adds it to the
-    session's artifacts, so that every worker of the session can read it."""
+def _ship(
+    spark: Any, built: Any, names: list[str], key: str, streaming: bool
+) -> MatcherFile | MatcherBytes:
+    """Ships the matcher and the names to the workers: as a file of the session's artifacts,
+    named after `key`; for a stream on Spark Connect, whose tasks do not see those, inside
+    the mapInArrow function."""
+    payload = pickle.dumps(built, protocol=5)
+    if streaming and is_connect(spark):
+        _check_plan_size(payload, names)
+        return MatcherBytes(payload, names)
     shipped = MatcherFile(f"topicmatch-matcher-{key}.pickle")
     path = _ship_dir() / shipped.name
     with path.open("wb") as f:
-        pickle.dump((pickle.dumps(built, protocol=5), names), f, protocol=5)
+        pickle.dump((payload, names), f, protocol=5)
     spark.addArtifacts(str(path), file=True)
     if is_connect(spark):
         path.unlink()  # uploaded: the server keeps its own copy
     return shipped
 
 
+#: The largest gRPC message PySpark's Spark Connect client sends; a query plan is one message,
+#: zstd-compressed when that makes it smaller. A megabyte is left for the rest of the plan.
+CONNECT_PLAN_BYTES = 127 * 2**20
+
+
+def _check_plan_size(payload: bytes, names: list[str]) -> None:
+    """Raises ValueError when the matcher cannot travel in a Spark Connect query plan, rather
+    than let the query fail when it starts."""
+    if len(payload) + sum(len(n) + 5 for n in names) < CONNECT_PLAN_BYTES:
+        return
+    import zstandard
+
+    packed = len(zstandard.ZstdCompressor().compress(pickle.dumps((payload, names), protocol=5)))
+    if packed >= CONNECT_PLAN_BYTES:
+        raise ValueError(
+            f"on Spark Connect, a stream carries the matcher in its query plan, and this one "
+            f"({len(payload) / 2**20:,.0f} MiB pickled, {packed / 2**20:,.0f} MiB compressed, "
+            f"{len(names):,} subscribers) exceeds the 128 MiB of a Spark Connect message: route "
+            "the stream on a classic session, or split the subscriptions over several streams"
+        )
+
+
 # -- worker side ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatcherBytes:
+    """The matcher of one route call carried in the mapInArrow function itself. For streams on
+    Spark Connect: their micro-batches run without the session's artifacts, and the query plan,
+    with the function in it, goes to the server once, when the query starts."""
+
+    payload: bytes
+    names: list[str]
+
+    @property
+    def value(self) -> tuple[bytes, list[str]]:
+        return self.payload, self.names
+
 
 @dataclass(frozen=True)
 class MatcherFile:
@@ -328,7 +375,9 @@ class RouteResult:
         folders, so a restart from `checkpoint` writes nothing twice; reading ``out/deliveries``
         gives every delivery with an ``epoch`` column. `trigger` goes to
         ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``); `on_batch` gets the
-        epoch and its counts."""
+        epoch and its counts. On Spark Connect, ``foreachBatch`` functions run in a Python
+        process of the server, and `on_batch` with them: its side effects happen there (read
+        ``out/summary`` for the counts)."""
         if not self.is_streaming:
             raise TypeError("write_stream() needs a streaming DataFrame; write the properties")
         explode = self.explode
@@ -416,7 +465,7 @@ def route(
     ).collect()
     built, names = _build([(r[0], r[1]) for r in rows], dialect, cls)
     key = uuid.uuid4().hex
-    shipped = _ship(messages_df.sparkSession, built, names, key)
+    shipped = _ship(messages_df.sparkSession, built, names, key, messages_df.isStreaming)
 
     messages = messages_df.withColumn(topic_col, F.col(_quote(topic_col)).cast("string"))
     schema = T.StructType(

@@ -1,7 +1,10 @@
 """The Spark routing job and the `topicmatch route` command, on a real local SparkSession.
 
-One `local[2]` session serves the whole file (it takes about ten seconds to start). The oracle
-is `NaiveMatcher` called row by row in this process.
+Every test that takes `spark` runs on a classic `local[2]` session; those marked
+`@both_sessions`, or parametrized over `spark` themselves, run on a Spark Connect session too,
+whose server PySpark starts in this process (`SparkSession.builder.remote("local[2]")`). One
+session of each kind serves the whole run, one after the other (see `spark`). The oracle is
+`NaiveMatcher` called row by row in this process.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -37,20 +41,55 @@ INVALID = {
 }
 
 
+#: The kinds of session, in the order they run.
+SESSIONS = ("classic", "connect")
+#: Runs a test on both kinds of session; the other tests that take `spark` run on a classic one.
+both_sessions = pytest.mark.parametrize("spark", SESSIONS, indirect=True, scope="session")
+
+
+def pytest_generate_tests(metafunc):
+    if "spark" in metafunc.fixturenames and not _parametrizes_spark(metafunc.definition):
+        metafunc.parametrize("spark", SESSIONS[:1], indirect=True, scope="session")
+
+
+def _parametrizes_spark(definition) -> bool:
+    for mark in definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "spark" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return True
+    return False
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(request):
+    """A `local[2]` session of the kind `request.param` names. The two kinds cannot be up in one
+    process at once: PySpark refuses to start a local Connect server beside a classic session,
+    and while a Connect session is up its functions (`F.col`, ...) build Connect columns
+    process-wide. Being session-scoped and parametrized, this fixture makes pytest run the
+    tests of one kind together and stop that session before it starts the other; the Connect
+    server then starts in the JVM that is already up, in about two seconds."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("topicmatch tests")
+    builder = (
+        SparkSession.builder.appName("topicmatch tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
+    if request.param == "classic":
+        session = builder.master("local[2]").getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+    else:
+        pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect]")
+        with warnings.catch_warnings(), pytest.MonkeyPatch.context() as env:
+            # The server starts with these settings; PySpark then also tries to set the static
+            # ones on the new session, which cannot be done and only warns.
+            warnings.filterwarnings("ignore", message="Failed to set spark\\.")
+            # As in PySpark's own tests: an ephemeral port, not Spark Connect's 15002, which
+            # another server on this machine may hold.
+            env.setenv("SPARK_TESTING", "1")
+            session = builder.remote("local[2]").getOrCreate()
     yield session
     session.stop()
 
@@ -85,6 +124,7 @@ def subscriptions_df(spark, subs):
 # -- the job against the oracle ---------------------------------------------------------------
 
 
+@both_sessions
 @pytest.mark.parametrize("dialect", tm.DIALECTS)
 def test_deliveries_equal_the_oracle(spark, dialect):
     subs, topics = sample(dialect)
@@ -151,7 +191,12 @@ def test_carried_columns_and_non_string_subscribers(spark):
 # -- bad rows ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dialect", tm.DIALECTS)
+@pytest.mark.parametrize(
+    ("spark", "dialect"),
+    [*(("classic", d) for d in tm.DIALECTS), ("connect", "mqtt")],
+    indirect=["spark"],
+    scope="session",
+)
 def test_bad_rows_are_rejected_with_reasons_and_counts_reconcile(spark, dialect):
     subs, good = sample(dialect, n_subs=100, n_topics=400)
     bad = [None, *(t for t, _ in INVALID[dialect])]
@@ -222,7 +267,10 @@ def test_route_rejects_clashing_and_missing_columns(spark):
 # -- worker cache -----------------------------------------------------------------------------
 
 
-class FakeBroadcast:
+class FakeShipment:
+    """Stands for a MatcherFile or MatcherBytes: anything whose `value` is the pickled matcher
+    and the names, counting its reads."""
+
     def __init__(self, value):
         self._value = value
         self.reads = 0
@@ -233,21 +281,22 @@ class FakeBroadcast:
         return self._value
 
 
-def test_a_worker_rebuilds_the_matcher_once_per_broadcast():
+def test_a_worker_rebuilds_the_matcher_once_per_route_call():
     import pickle
 
     payload = (pickle.dumps(tm.Trie("amqp", [("a.*", 0)])), ["alice"])
-    bc = FakeBroadcast(payload)
+    bc = FakeShipment(payload)
     batch = pa.record_batch({"topic": pa.array(["a.b", "b"], pa.string())})
     for _ in range(3):  # three tasks of two batches each
         out = list(tms._route_partition(iter([batch, batch]), bc, "key-1", "topic"))
         assert out[0].column(1).to_pylist() == [["alice"], []]
     assert tms.rebuilds["key-1"] == 1
     assert bc.reads == 1
-    list(tms._route_partition(iter([batch]), FakeBroadcast(payload), "key-2", "topic"))
+    list(tms._route_partition(iter([batch]), FakeShipment(payload), "key-2", "topic"))
     assert tms.rebuilds["key-2"] == 1 and tms.rebuilds["key-1"] == 1
 
 
+@both_sessions
 def test_spark_workers_rebuild_once_not_once_per_partition(spark):
     def probe_rebuilds(batches, key):
         """Run in the same pool of Python workers: this worker's rebuild count. Nested, so
@@ -275,7 +324,7 @@ def test_spark_workers_rebuild_once_not_once_per_partition(spark):
     probe = (
         spark.range(0, 2000, numPartitions=8)
         .mapInArrow(
-            functools.partial(probe_rebuilds, key=result.broadcast_key), "pid long, rebuilds long"
+            functools.partial(probe_rebuilds, key=result.matcher_key), "pid long, rebuilds long"
         )
         .distinct()
         .collect()
@@ -289,6 +338,7 @@ def test_spark_workers_rebuild_once_not_once_per_partition(spark):
 # -- streaming --------------------------------------------------------------------------------
 
 
+@both_sessions
 def test_a_stream_of_json_files_gives_the_batch_deliveries(spark, tmp_path):
     subs, good = sample("mqtt", n_subs=150, n_topics=600)
     topics = [*good, None, "a/+/b"]
@@ -310,20 +360,21 @@ def test_a_stream_of_json_files_gives_the_batch_deliveries(spark, tmp_path):
     assert stream.is_streaming
     with pytest.raises(TypeError, match="foreachBatch"):
         stream.summary()
+    expected = deliveries_of(batch.deliveries)
+    assert expected == oracle("mqtt", subs, topics[:-2]) and expected
 
-    # The streaming DataFrame itself, to a memory sink.
-    q = (
-        stream.deliveries.writeStream.format("memory")
-        .queryName("tm_deliveries")
-        .option("checkpointLocation", str(tmp_path / "ckpt-memory"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination(120)
-    assert q.exception() is None
-    streamed = deliveries_of(spark.table("tm_deliveries"))
-    assert streamed == deliveries_of(batch.deliveries)
-    assert streamed == oracle("mqtt", subs, topics[:-2]) and streamed
+    if not tms.is_connect(spark):  # the same route on Spark Connect: write_stream below covers it
+        # The streaming DataFrame itself, to a memory sink.
+        q = (
+            stream.deliveries.writeStream.format("memory")
+            .queryName("tm_deliveries")
+            .option("checkpointLocation", str(tmp_path / "ckpt-memory"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(120)
+        assert q.exception() is None
+        assert deliveries_of(spark.table("tm_deliveries")) == expected
 
     # One query that routes each micro-batch once and writes all three outputs.
     counts = {}
@@ -336,16 +387,20 @@ def test_a_stream_of_json_files_gives_the_batch_deliveries(spark, tmp_path):
     )
     q.awaitTermination(120)
     assert q.exception() is None
-    assert len(counts) == 3  # one micro-batch per file
-    assert deliveries_of(spark.read.parquet(str(out / "deliveries"))) == streamed
+    assert deliveries_of(spark.read.parquet(str(out / "deliveries"))) == expected
     rejected = spark.read.parquet(str(out / "rejected")).collect()
     assert {r["id"] for r in rejected} == {len(topics) - 2, len(topics) - 1}
+    written = {
+        r["epoch"]: {k: v for k, v in r.asDict().items() if k != "epoch"}
+        for r in spark.read.json(str(out / "summary")).collect()
+    }
+    assert sorted(written) == [0, 1, 2]  # one micro-batch per file
     total = Counter()
-    for c in counts.values():
+    for c in written.values():
         total.update(c)
     assert dict(total) == batch.summary()
-    written = spark.read.json(str(out / "summary")).drop("epoch").collect()
-    assert sum(r["deliveries"] for r in written) == total["deliveries"]
+    if not tms.is_connect(spark):  # on Spark Connect, on_batch runs in the server's Python
+        assert counts == written
     with pytest.raises(TypeError, match="streaming DataFrame"):
         batch.write_stream(str(out), str(tmp_path / "ckpt-batch"))
 
@@ -361,12 +416,19 @@ def _write_inputs(folder: Path, fmt: str, subs, topics):
     return folder / f"subscriptions.{fmt}", folder / f"messages.{fmt}"
 
 
-@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize(
+    ("spark", "fmt"),
+    [("classic", "csv"), ("classic", "jsonl"), ("classic", "parquet"), ("connect", "jsonl")],
+    indirect=["spark"],
+    scope="session",
+)
 def test_the_route_command_end_to_end(spark, tmp_path, capsys, fmt):
     subs, good = sample("nats", n_subs=120, n_topics=300)
     topics = [*good, "a..b"] + ([None] if fmt != "csv" else [])
     subs_path, msgs_path = _write_inputs(tmp_path / "in", fmt, subs, topics)
     out = tmp_path / "out"
+    # A URI: on Spark Connect, summary.json goes through pyarrow's file systems, not the JVM's.
+    out_arg = f"file://{out}" if tms.is_connect(spark) else str(out)
     code = cli.main(
         [
             "route",
@@ -375,7 +437,7 @@ def test_the_route_command_end_to_end(spark, tmp_path, capsys, fmt):
             "--messages",
             str(msgs_path),
             "--out",
-            str(out),
+            out_arg,
             "--dialect",
             "nats",
         ]
