@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import signal
 import threading
 import time
 
@@ -25,6 +26,19 @@ def no_gc_callbacks():
         yield
     finally:
         gc.callbacks[:] = saved
+
+
+@pytest.fixture(autouse=True)
+def sigint_handled():
+    """Runs each test with Python's own SIGINT handler. A process started in the background by
+    a shell without job control (`sh -c 'pytest &'`) inherits SIGINT ignored, and then
+    `_thread.interrupt_main` does nothing: the Ctrl-C tests would wait out their deadline and
+    fail for a reason that is not ours."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
 
 
 def interrupt_after(seconds: float) -> threading.Timer:
