@@ -50,8 +50,9 @@ def subsumes(a: _Text, b: _Text, dialect: _Dialect = "amqp") -> bool:
     wildcards can ask for that)."""
 
 def _gil_stats() -> dict[str, int]:
-    """The GIL rule's counters: decisions `released` and `kept`, and the expected wait to take
-    the GIL back, `wait_ns` (for the benchmarks)."""
+    """The GIL rule's counters: decisions `released` and `kept`, and the expected waits to take
+    the GIL back, `wait_ns` after batches and `write_wait_ns` after writes (for the
+    benchmarks)."""
 
 class _TopicMatcher:
     """The API every topic matcher shares (a typing aid: not a runtime base class)."""

@@ -12,6 +12,7 @@ when plotting.
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import os
 import platform
@@ -634,52 +635,60 @@ def thread_scaling(profile: Profile, log: Callable[[str], None]) -> list[dict[st
     return rows
 
 
+#: The readers of the `churn` section: `lookup_many` in batches of 256 (a bulk router) and
+#: single `lookup` calls (a broker routing message by message, which keeps the GIL).
+CHURN_READS = ((256, "lookup_many(256)"), (0, "lookup"))
+
+
 def churn(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Two reader threads on `lookup_many` (batches of 256) with and without a writer thread
-    that subscribes and unsubscribes as fast as it can, in alternating windows: the share of
-    their rate the readers keep, with its spread."""
+    """Two reader threads on `lookup_many` (batches of 256) or on single `lookup` calls, with
+    and without a writer thread that subscribes and unsubscribes as fast as it can, in
+    alternating windows: the share of their rate the readers keep, with its spread, and the
+    writer's own rate beside them."""
     churn_subs = workload.mixed(1000, 0, "mqtt", seed=1).subscriptions
     rows = []
-    for n in profile.thread_sizes:
+    for n, (batch, call), (label, cls_name, kwargs) in itertools.product(
+        profile.thread_sizes, CHURN_READS, THREAD_VARIANTS
+    ):
         w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
-        batch = min(256, len(w.topics))
-        for label, cls_name, kwargs in THREAD_VARIANTS:
-            m = getattr(tm, cls_name)("mqtt", w.subscriptions, **kwargs)
-            reader = _lookup_body(m, w.topics, batch)
+        batch = min(batch, len(w.topics))
+        m = getattr(tm, cls_name)("mqtt", w.subscriptions, **kwargs)
+        reader = _lookup_body(m, w.topics, batch)
 
-            def write(stopped, counts, i, m=m) -> None:
-                while not stopped():
-                    for p, s in churn_subs:
-                        m.subscribe(p, ("churn", s))
-                        m.unsubscribe(p, ("churn", s))
-                        counts[i] += 2
+        def write(stopped, counts, i, m=m) -> None:
+            while not stopped():
+                for p, s in churn_subs:
+                    m.subscribe(p, ("churn", s))
+                    m.unsubscribe(p, ("churn", s))
+                    counts[i] += 2
 
-            alone, beside, kept, writes = [], [], [], []
-            for _ in range(profile.rounds):
-                a = sum(_rate_window([reader, reader], profile.min_time, 2))
-                rates = _rate_window([reader, reader, write], profile.min_time, 3)
-                alone.append(a)
-                beside.append(rates[0] + rates[1])
-                writes.append(rates[2])
-                kept.append((rates[0] + rates[1]) / a if a else 0.0)
-            ratio, lo, hi = _median_spread(kept)
-            rows.append(
-                {
-                    "impl": label,
-                    "n": n,
-                    "alone": _median_spread(alone)[0],
-                    "beside": _median_spread(beside)[0],
-                    "kept": ratio,
-                    "kept_min": lo,
-                    "kept_max": hi,
-                    "writer_ops_per_s": _median_spread(writes)[0],
-                }
-            )
-            log(
-                f"  n={n:,} {label}: readers alone {rows[-1]['alone']:,.0f} topics/s, kept "
-                f"{ratio:.2f} [{lo:.2f}-{hi:.2f}] beside a writer at "
-                f"{rows[-1]['writer_ops_per_s']:,.0f} ops/s"
-            )
+        alone, beside, kept, writes = [], [], [], []
+        for _ in range(profile.rounds):
+            a = sum(_rate_window([reader, reader], profile.min_time, 2))
+            rates = _rate_window([reader, reader, write], profile.min_time, 3)
+            alone.append(a)
+            beside.append(rates[0] + rates[1])
+            writes.append(rates[2])
+            kept.append((rates[0] + rates[1]) / a if a else 0.0)
+        ratio, lo, hi = _median_spread(kept)
+        rows.append(
+            {
+                "impl": label,
+                "n": n,
+                "call": call,
+                "alone": _median_spread(alone)[0],
+                "beside": _median_spread(beside)[0],
+                "kept": ratio,
+                "kept_min": lo,
+                "kept_max": hi,
+                "writer_ops_per_s": _median_spread(writes)[0],
+            }
+        )
+        log(
+            f"  n={n:,} {label} {call}: readers alone {rows[-1]['alone']:,.0f} topics/s, kept "
+            f"{ratio:.2f} [{lo:.2f}-{hi:.2f}] beside a writer at "
+            f"{rows[-1]['writer_ops_per_s']:,.0f} ops/s"
+        )
     return rows
 
 
@@ -951,6 +960,7 @@ def markdown(results: dict[str, Any]) -> str:
                 [
                     "matcher",
                     "n",
+                    "readers call",
                     "readers alone (topics/s)",
                     "beside the writer",
                     "kept",
@@ -960,6 +970,7 @@ def markdown(results: dict[str, Any]) -> str:
                     [
                         r["impl"],
                         f"{r['n']:,}",
+                        r.get("call", "lookup_many(256)"),
                         f"{r['alone']:,.0f}",
                         f"{r['beside']:,.0f}",
                         f"{r['kept']:.2f} [{r['kept_min']:.2f}-{r['kept_max']:.2f}]",

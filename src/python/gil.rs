@@ -36,7 +36,9 @@
 //!   the average follows when the busy thread goes away. Only these releases feed the average.
 //!
 //! Writes (`subscribe`, `unsubscribe`) release around the core's write only beside other
-//! threads of this module ([`write`]): alone, the release would cost more than the write.
+//! threads of this module, and only while those threads hand the GIL back within
+//! [`WRITE_WAIT_MAX`] ([`write`]): alone, the release would cost more than the write, and
+//! beside threads that keep the GIL it would cost a switch interval.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -85,6 +87,16 @@ const CLOCK_EVERY: usize = 8;
 /// How often a release is tried although the expected wait says it does not pay.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 
+/// The longest expected wait to take the GIL back for which a single write still releases it.
+/// Beside threads that release for their lookups the wait is tens of microseconds; beside
+/// threads that keep the GIL it is a switch interval.
+const WRITE_WAIT_MAX: Duration = Duration::from_micros(2500);
+
+/// How often a write releases although its expected wait says not to, so that the average
+/// follows when the threads beside it change: at most a tenth of a writer's time (one switch
+/// interval) spent on probes.
+const WRITE_PROBE_EVERY: Duration = Duration::from_millis(50);
+
 /// What the process has learned about taking the GIL back.
 pub(crate) struct Policy {
     /// Moving average of the wait to take the GIL back, in nanoseconds (each new wait
@@ -96,6 +108,11 @@ pub(crate) struct Policy {
     callers: Callers,
     released: AtomicU64,
     kept: AtomicU64,
+    /// Moving average of the wait to take the GIL back after a single write released it, in
+    /// nanoseconds (each new wait weighs one quarter).
+    write_wait_ns: AtomicU64,
+    /// When a write last released against its average, as `last_probe_ns`.
+    last_write_probe_ns: AtomicU64,
 }
 
 static POLICY: Policy = Policy {
@@ -104,6 +121,8 @@ static POLICY: Policy = Policy {
     callers: Callers::new(),
     released: AtomicU64::new(0),
     kept: AtomicU64::new(0),
+    write_wait_ns: AtomicU64::new(0),
+    last_write_probe_ns: AtomicU64::new(0),
 };
 
 /// The last two distinct threads that called this module, each with the time of its latest
@@ -179,6 +198,15 @@ enum Decision {
     Release { learn: bool },
 }
 
+/// True when `period` has passed since the time in `last` (nanoseconds since
+/// [`since_start`]'s start), and this caller is the one that moves it to now.
+fn due(last: &AtomicU64, period: Duration) -> bool {
+    let now = since_start();
+    let then = last.load(Relaxed);
+    now.saturating_sub(then) >= nanos(period)
+        && last.compare_exchange(then, now, Relaxed, Relaxed).is_ok()
+}
+
 fn since_start() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     nanos(START.get_or_init(Instant::now).elapsed())
@@ -218,13 +246,28 @@ impl Policy {
 
     /// True once per `PROBE_EVERY` across the process.
     fn probe_due(&self) -> bool {
-        let now = since_start();
-        let last = self.last_probe_ns.load(Relaxed);
-        now.saturating_sub(last) >= nanos(PROBE_EVERY)
-            && self
-                .last_probe_ns
-                .compare_exchange(last, now, Relaxed, Relaxed)
-                .is_ok()
+        due(&self.last_probe_ns, PROBE_EVERY)
+    }
+
+    /// Whether a single write beside other threads releases the GIL: when they have been
+    /// handing it back promptly, and once per [`WRITE_PROBE_EVERY`] otherwise. Counts a kept
+    /// write.
+    fn write_may_release(&self) -> bool {
+        let release = self.write_wait_ns.load(Relaxed) < nanos(WRITE_WAIT_MAX)
+            || due(&self.last_write_probe_ns, WRITE_PROBE_EVERY);
+        if !release {
+            self.kept.fetch_add(1, Relaxed);
+        }
+        release
+    }
+
+    /// Folds the wait after one released write into its average with a weight of a quarter:
+    /// one wait of a switch interval among short ones (a reader converting a long answer)
+    /// leaves the average under [`WRITE_WAIT_MAX`], three in a row take it over.
+    fn record_write_wait(&self, wait: Duration) {
+        let old = self.write_wait_ns.load(Relaxed);
+        self.write_wait_ns
+            .store(old - old / 4 + nanos(wait) / 4, Relaxed);
     }
 
     /// Folds one measured wait into the average. Two threads storing at once may lose one
@@ -235,20 +278,27 @@ impl Policy {
     }
 }
 
-/// Runs a write `f`, with the GIL released if other threads use this module now: alone, the
-/// release would cost more than a write of a microsecond; beside them, keeping the GIL through
-/// the write (and through a wait for the `Trie`'s lock) would stall their conversions.
+/// Runs a write `f`, with the GIL released if other threads use this module now and hand the
+/// GIL back promptly ([`Policy::write_may_release`]): alone, the release would cost more than
+/// a write of a microsecond; beside threads that release the GIL for their lookups, keeping it
+/// through the write (and through a wait for the `Trie`'s lock) would stall their
+/// conversions; beside threads that keep it (single `lookup` calls in a loop), each release
+/// cost the writer a whole switch interval: 150 to 380 writes a second.
 pub(crate) fn write<T, F>(py: Python<'_>, f: F) -> T
 where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    if shared() {
-        POLICY.released.fetch_add(1, Relaxed);
-        detach_timed(py, f, false)
-    } else {
-        f()
+    if !shared() || !POLICY.write_may_release() {
+        return f();
     }
+    POLICY.released.fetch_add(1, Relaxed);
+    let (value, done) = py.detach(|| {
+        let value = f();
+        (value, Instant::now())
+    });
+    POLICY.record_write_wait(done.elapsed());
+    value
 }
 
 /// Runs `f` with the GIL released: for calls that always release (bulk writes, full
@@ -391,5 +441,6 @@ pub(crate) fn _gil_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     stats.set_item("released", POLICY.released.load(Relaxed))?;
     stats.set_item("kept", POLICY.kept.load(Relaxed))?;
     stats.set_item("wait_ns", POLICY.wait_ns.load(Relaxed))?;
+    stats.set_item("write_wait_ns", POLICY.write_wait_ns.load(Relaxed))?;
     Ok(stats)
 }

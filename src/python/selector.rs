@@ -62,9 +62,12 @@ impl SelectorIndexPy {
     ) -> PyResult<bool> {
         let selector = utf8(selector, Kind::Pattern)?;
         let core = &self.core;
-        // Compiling a large template can take a while: done with the GIL released.
+        // The rule of single writes: beside threads that keep the GIL, releasing it for a
+        // compile of microseconds cost a switch interval. A regular expression that takes
+        // milliseconds to compile then holds those threads for as long, no longer than the
+        // interpreter's own switch interval would.
         self.registry.adding(subscriber, |id| {
-            gil::detach(subscriber.py(), || core.subscribe(selector, id)).map_err(to_py)
+            gil::write(subscriber.py(), || core.subscribe(selector, id)).map_err(to_py)
         })
     }
 
@@ -83,7 +86,7 @@ impl SelectorIndexPy {
         if removed == 0 {
             // The core is never asked when the subscriber is unknown: an invalid selector must
             // still raise, as it does for a known subscriber.
-            gil::detach(subscriber.py(), || Selector::parse(selector)).map_err(to_py)?;
+            gil::write(subscriber.py(), || Selector::parse(selector)).map_err(to_py)?;
         }
         Ok(removed == 1)
     }

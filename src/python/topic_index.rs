@@ -5,7 +5,9 @@
 //! The GIL: a lookup batch releases it when its measured work repays taking the GIL back
 //! (`gil.rs` holds the rule); a scan matcher's lookup estimates its work from its number of
 //! patterns ([`SCAN_PATTERN`] each) under the same rule; a single index lookup (a microsecond)
-//! keeps it; bulk writes, `remove_subscriber` and `subscriptions` always release it.
+//! keeps it; single writes release it by `gil::write`'s rule (`remove_subscriber` too, on a
+//! matcher of up to `SHORT_REMOVAL_PAIRS` pairs); bulk writes, other removals and
+//! `subscriptions` always release it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +57,10 @@ pub(crate) const CHUNK: usize = gil::HELD_ITEMS;
 /// A batch pauses the collector while it makes its lists once they hold this many subscribers
 /// (see `CollectorPaused`): below it, a collection walks little.
 pub(crate) const PAUSE_FROM: usize = 4096;
+
+/// Up to this many pairs in the matcher, `remove_subscriber` is a short write (tens of
+/// microseconds even for a core that scans its patterns) and takes the rule of `subscribe`.
+const SHORT_REMOVAL_PAIRS: usize = 4096;
 
 /// What a scan matcher's lookup costs per pattern, for its estimate (20 tests per µs here).
 pub(crate) const SCAN_PATTERN: Duration = Duration::from_nanos(50);
@@ -283,8 +289,17 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     pub(crate) fn remove_subscriber(&self, subscriber: &Bound<'_, PyAny>) -> PyResult<usize> {
         self.writable()?;
         let core = &self.core;
+        let py = subscriber.py();
+        // A small matcher's removal is a short write, whatever the core walks (the `CSTrie`
+        // scans its patterns): it takes the rule of single writes. A larger one may run for
+        // milliseconds and always releases.
+        let short = core.len() <= SHORT_REMOVAL_PAIRS;
         self.registry.removing(subscriber, |id| {
-            Ok(gil::detach(subscriber.py(), || core.remove_subscriber(id)))
+            Ok(if short {
+                gil::write(py, || core.remove_subscriber(id))
+            } else {
+                gil::detach(py, || core.remove_subscriber(id))
+            })
         })
     }
 

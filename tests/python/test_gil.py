@@ -157,3 +157,32 @@ def test_a_batch_longer_than_the_switch_interval_releases_even_after_long_waits(
     done.set()
     c.join()
     assert during > 0
+
+
+def test_writes_beside_a_thread_that_keeps_the_gil_come_to_keep_it():
+    # A reader calling `lookup` in a loop keeps the GIL; a write that released it would wait
+    # out the reader's switch interval (5 ms) every time. After a few such waits the writes
+    # keep the GIL (one release per 50 ms still probes), and answer the same.
+    m = tm.CSTrie("mqtt", SUBS)
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            m.lookup("a/b/c")
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        time.sleep(0.01)
+        released, _ = _stats()
+        for i in range(100):
+            assert m.subscribe(f"w/{i}", "writer")
+        assert m.unsubscribe("w/0", "writer")
+        stats = _core._gil_stats()
+    finally:
+        stop.set()
+        t.join()
+    assert stats["write_wait_ns"] > 2_500_000
+    # Released on every write, the 101 writes would have taken half a second of waits.
+    assert stats["released"] - released <= 20
+    assert sorted(m.lookup("w/1")) == ["writer"] and m.lookup("w/0") == []
