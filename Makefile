@@ -86,9 +86,11 @@ test: build test-rust test-loom test-python test-fuzz test-dist
 # The test-release profile is release without its link-time optimization: built from scratch,
 # the ~30 test and bench binaries took 10.8 CPU-minutes against release's 26.9, and the
 # slowest test (tests/oracle.rs) ran no slower. `--features arrow` adds tests/arrow.rs and the
-# replay of the arrow fuzz corpus.
+# replay of the arrow fuzz corpus. `--all-targets` leaves out the doc tests: they run after,
+# on the library already built (seconds).
 test-rust:
 	cargo test --profile test-release --all-targets --features arrow
+	cargo test --profile test-release --doc --features arrow
 
 test-loom:
 	@if grep -rqs 'cfg(all(test, loom))' src; then \

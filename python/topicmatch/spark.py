@@ -90,7 +90,15 @@ SUBSCRIBERS = "subscribers"
 SUBSCRIBER = "subscriber"
 REASON = "reason"
 
-__all__ = ["NULL_TOPIC", "RouteResult", "resolve_matcher", "route", "route_batch", "split"]
+__all__ = [
+    "NULL_TOPIC",
+    "RouteResult",
+    "is_connect",
+    "resolve_matcher",
+    "route",
+    "route_batch",
+    "split",
+]
 
 
 def resolve_matcher(matcher: str | type | None = None) -> type:
