@@ -160,9 +160,11 @@ def test_a_batch_longer_than_the_switch_interval_releases_even_after_long_waits(
 
 
 def test_writes_beside_a_thread_that_keeps_the_gil_come_to_keep_it():
-    # A reader calling `lookup` in a loop keeps the GIL; a write that released it would wait
-    # out the reader's switch interval (5 ms) every time. After a few such waits the writes
-    # keep the GIL (one release per 50 ms still probes), and answer the same.
+    # A reader calling `lookup` in a loop keeps the GIL; a write that released it waits out the
+    # reader's switch interval (5 ms) to take it back. After a few such waits the writes keep
+    # the GIL (one release per 50 ms still probes), and answer the same. Counted: writes that
+    # took a switch interval, not the policy's average, which depends on how the machine
+    # schedules the two threads (on a loaded one the GIL often comes back at once).
     m = tm.CSTrie("mqtt", SUBS)
     stop = threading.Event()
 
@@ -172,17 +174,18 @@ def test_writes_beside_a_thread_that_keeps_the_gil_come_to_keep_it():
 
     t = threading.Thread(target=reader)
     t.start()
+    slow = 0
     try:
         time.sleep(0.01)
-        released, _ = _stats()
         for i in range(100):
+            start = time.perf_counter()
             assert m.subscribe(f"w/{i}", "writer")
+            slow += time.perf_counter() - start >= 0.004
         assert m.unsubscribe("w/0", "writer")
-        stats = _core._gil_stats()
     finally:
         stop.set()
         t.join()
-    assert stats["write_wait_ns"] > 2_500_000
-    # Released on every write, the 101 writes would have taken half a second of waits.
-    assert stats["released"] - released <= 20
+    # Releasing on every write, nearly all 100 waited 5 ms (the rule before: 84-430 writes/s).
+    assert slow <= 20, f"{slow} of 100 writes waited a switch interval"
+    assert "write_wait_ns" in _core._gil_stats()
     assert sorted(m.lookup("w/1")) == ["writer"] and m.lookup("w/0") == []
