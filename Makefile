@@ -31,7 +31,9 @@ SPARK_HOME_OF_VENV = $$($(BIN)/python -c 'import os, pyspark; print(os.path.dirn
 LOOM_TARGET := target/loom
 # Four preemptions bound loom's search (crossbeam's own CI uses two; the CAS races modelled
 # here need no more than two forced switches to show). Models that would take many minutes
-# at four set a lower bound of their own (`model_bounded`).
+# at four set a lower bound of their own (`model_bounded`). Each model's time is printed
+# (`--report-time`, which libtest takes on stable with RUSTC_BOOTSTRAP=1): the stage took 22
+# minutes on 2026-11-27, most of CI, and these say where.
 LOOM_MAX_PREEMPTIONS ?= 4
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -95,7 +97,8 @@ test-rust:
 test-loom:
 	@if grep -rqs 'cfg(all(test, loom))' src; then \
 		RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) \
-		CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test --release --lib loom; \
+		CARGO_TARGET_DIR=$(LOOM_TARGET) RUSTC_BOOTSTRAP=1 cargo test --release --lib loom \
+		-- -Zunstable-options --report-time; \
 	else echo "no loom models"; fi
 
 # Spark runs on Java 17; install the headless runtime from Debian only when no java is found.
