@@ -303,9 +303,13 @@ mod loom_tests {
     /// A writer replaces the only word of a level (its new map root owns all its slots at
     /// once), and another moves from that root as soon as the first GCAS commits, before the
     /// first writer has handed its moves over.
+    ///
+    /// At three preemptions, as the other moving-write models: at four it took 583 s of the
+    /// loom stage's 1,192 (2026-11-27), at three 93 s.
     #[test]
     fn a_write_moving_from_a_map_whose_writer_has_not_returned() {
-        run2(
+        run2_bounded(
+            Some(3),
             Dialect::Amqp,
             |t| map_of_one(t, "a", 1),
             |t| assert!(t.subscribe(&pattern(Dialect::Amqp, "a"), 2)),
@@ -316,9 +320,12 @@ mod loom_tests {
 
     /// Two writers move from the same unshared word map: one GCAS commits, and the loser's
     /// copy, which holds bit copies of the slots it does not own, is freed without them.
+    ///
+    /// At three preemptions: at four it took 633 s (2026-11-27), at three 96 s.
     #[test]
     fn two_moving_writes_into_one_word_map() {
-        run2(
+        run2_bounded(
+            Some(3),
             Dialect::Amqp,
             |t| {
                 for w in ["a", "b"] {
