@@ -3,9 +3,11 @@ batches release the GIL, short ones decide nothing, and results do not depend on
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -18,6 +20,24 @@ SUBS = [("a/+/c", "s1"), ("a/#", "s2"), ("x/y", "s3")]
 def _stats() -> tuple[int, int]:
     s = _core._gil_stats()
     return s["released"], s["kept"]
+
+
+@contextlib.contextmanager
+def _looping(step: Callable[[], object]) -> Iterator[None]:
+    """Calls `step` over and over on a thread of its own while the block runs."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            step()
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
 
 
 @pytest.mark.parametrize("cls", [tm.Trie, tm.CSTrie, tm.InvertedBitmap, tm.LevelBitmap, tm.LazyDFA])
@@ -49,23 +69,12 @@ def test_a_scan_of_many_patterns_releases_beside_another_call():
     # waits were.
     m = tm.NaiveMatcher("mqtt", [(f"p/{i}/#", i) for i in range(20_000)])
     other = tm.Trie("mqtt", SUBS)
-    stop = threading.Event()
     batch = [f"a/{i}/c" for i in range(50_000)]
-
-    def busy() -> None:
-        while not stop.is_set():
-            other.lookup_many(batch)
-
-    t = threading.Thread(target=busy)
-    t.start()
-    try:
+    with _looping(lambda: other.lookup_many(batch)):
         released, _ = _stats()
         for _ in range(20):
             assert m.lookup("p/7/x") == [7]
         assert _stats()[0] > released
-    finally:
-        stop.set()
-        t.join()
 
 
 def _released_by(write, seconds: float = 5.0) -> bool:
@@ -92,19 +101,8 @@ def test_writes_release_the_gil_only_beside_other_threads(cls):
     time.sleep(0.05)
     assert not _released_by(churn, seconds=0.05)
 
-    stop = threading.Event()
-
-    def reader() -> None:
-        while not stop.is_set():
-            other.lookup("x/y")
-
-    t = threading.Thread(target=reader)
-    t.start()
-    try:
+    with _looping(lambda: other.lookup("x/y")):
         assert _released_by(churn)
-    finally:
-        stop.set()
-        t.join()
     assert m.lookup("a/b") == ["s2"]  # "w" came and went; "a/#" stays
 
 
@@ -119,22 +117,13 @@ def test_a_batch_longer_than_the_switch_interval_releases_even_after_long_waits(
     # Teach the rule a long wait: releases beside a busy thread under a 50 ms switch interval.
     m = tm.Trie("mqtt", SUBS)
     old = sys.getswitchinterval()
-    stop = threading.Event()
-
-    def busy() -> None:
-        x = 0
-        while not stop.is_set():
-            x += 1
-
-    t = threading.Thread(target=busy)
     sys.setswitchinterval(0.05)
-    t.start()
     try:
-        for k in range(3):
-            m.lookup_many([f"a/{k}-{i}/c" for i in range(50_000)])
+        # A pure Python loop: it keeps the GIL until the interpreter makes it switch.
+        with _looping(lambda: None):
+            for k in range(3):
+                m.lookup_many([f"a/{k}-{i}/c" for i in range(50_000)])
     finally:
-        stop.set()
-        t.join()
         sys.setswitchinterval(old)
     assert _core._gil_stats()["wait_ns"] > 10_000_000
 
@@ -166,25 +155,14 @@ def test_writes_beside_a_thread_that_keeps_the_gil_come_to_keep_it():
     # took a switch interval, not the policy's average, which depends on how the machine
     # schedules the two threads (on a loaded one the GIL often comes back at once).
     m = tm.CSTrie("mqtt", SUBS)
-    stop = threading.Event()
-
-    def reader() -> None:
-        while not stop.is_set():
-            m.lookup("a/b/c")
-
-    t = threading.Thread(target=reader)
-    t.start()
     slow = 0
-    try:
+    with _looping(lambda: m.lookup("a/b/c")):
         time.sleep(0.01)
         for i in range(100):
             start = time.perf_counter()
             assert m.subscribe(f"w/{i}", "writer")
             slow += time.perf_counter() - start >= 0.004
         assert m.unsubscribe("w/0", "writer")
-    finally:
-        stop.set()
-        t.join()
     # Releasing on every write, nearly all 100 waited 5 ms (the rule before: 84-430 writes/s).
     assert slow <= 20, f"{slow} of 100 writes waited a switch interval"
     assert "write_wait_ns" in _core._gil_stats()
