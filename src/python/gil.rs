@@ -293,11 +293,8 @@ where
         return f();
     }
     POLICY.released.fetch_add(1, Relaxed);
-    let (value, done) = py.detach(|| {
-        let value = f();
-        (value, Instant::now())
-    });
-    POLICY.record_write_wait(done.elapsed());
+    let (value, wait) = detach_waiting(py, f);
+    POLICY.record_write_wait(wait);
     value
 }
 
@@ -318,14 +315,30 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
+    let (value, wait) = detach_waiting(py, f);
+    if learn {
+        POLICY.record_wait(wait);
+    }
+    value
+}
+
+/// Runs `f` with the GIL released; returns its value and how long taking the GIL back took.
+fn detach_waiting<T, F>(py: Python<'_>, f: F) -> (T, Duration)
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
     let (value, done) = py.detach(|| {
         let value = f();
         (value, Instant::now())
     });
-    if learn {
-        POLICY.record_wait(done.elapsed());
-    }
-    value
+    (value, done.elapsed())
+}
+
+/// The estimated work of `n` items of `each` (saturating), for [`run_estimated`] and the
+/// batches' own estimates.
+pub(crate) fn work_of(each: Duration, n: usize) -> Duration {
+    each.saturating_mul(count(n))
 }
 
 /// Runs a call whose work is estimated up front (a scan of many patterns), releasing the GIL
@@ -383,14 +396,14 @@ where
                     break;
                 }
             }
-            let each = start.elapsed() / u32::try_from(next - first).unwrap_or(u32::MAX);
+            let each = start.elapsed() / count(next - first);
             if next < n {
-                POLICY.decide(each.saturating_mul(count(n - next)), shared)
+                POLICY.decide(work_of(each, n - next), shared)
             } else {
                 Decision::Keep
             }
         } else {
-            POLICY.decide(per_item.saturating_mul(count(n - next)), shared)
+            POLICY.decide(work_of(per_item, n - next), shared)
         };
         if let Decision::Release { learn } = release {
             let work = || {

@@ -268,7 +268,7 @@ impl HeadersMatcherPy {
         let pairs = self::headers(headers)?;
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
-        let estimate = LOOKUP_PAIR * u32::try_from(core.len()).unwrap_or(u32::MAX);
+        let estimate = gil::work_of(LOOKUP_PAIR, core.len());
         let ids = gil::run_estimated(py, estimate, || core.lookup(&pairs));
         let list = self.registry.list(py, &ids);
         drop(guard);
@@ -282,7 +282,7 @@ impl HeadersMatcherPy {
         let pairs = self::headers(headers)?;
         let guard = crossbeam_epoch::pin();
         let core = &self.core;
-        let estimate = HITS_PAIR * u32::try_from(core.len()).unwrap_or(u32::MAX);
+        let estimate = gil::work_of(HITS_PAIR, core.len());
         let hits = gil::run_estimated(py, estimate, || core.hits(&pairs));
         let out = PyDict::new(py);
         for (id, n) in hits {

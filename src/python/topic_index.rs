@@ -139,7 +139,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// (to be measured) for an index.
     fn lookup_estimate(&self) -> Duration {
         if self.scan_lookup {
-            SCAN_PATTERN.saturating_mul(u32::try_from(self.core.len()).unwrap_or(u32::MAX))
+            gil::work_of(SCAN_PATTERN, self.core.len())
         } else {
             Duration::ZERO
         }
