@@ -647,10 +647,12 @@ def churn(profile: Profile, log: Callable[[str], None]) -> list[dict[str, Any]]:
     writer's own rate beside them."""
     churn_subs = workload.mixed(1000, 0, "mqtt", seed=1).subscriptions
     rows = []
-    for n, (batch, call), (label, cls_name, kwargs) in itertools.product(
-        profile.thread_sizes, CHURN_READS, THREAD_VARIANTS
-    ):
-        w = workload.mixed(n, profile.n_topics, "mqtt", seed=0)
+    cells = itertools.product(profile.thread_sizes, CHURN_READS, THREAD_VARIANTS)
+    workloads = {
+        n: workload.mixed(n, profile.n_topics, "mqtt", seed=0) for n in profile.thread_sizes
+    }
+    for n, (batch, call), (label, cls_name, kwargs) in cells:
+        w = workloads[n]
         batch = min(batch, len(w.topics))
         m = getattr(tm, cls_name)("mqtt", w.subscriptions, **kwargs)
         reader = _lookup_body(m, w.topics, batch)
