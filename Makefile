@@ -30,12 +30,12 @@ SPARK_HOME_OF_VENV = $$($(BIN)/python -c 'import os, pyspark; print(os.path.dirn
 # loom needs other RUSTFLAGS, which rebuild every dependency: keep it out of the main target.
 LOOM_TARGET := target/loom
 # Four preemptions bound loom's search (crossbeam's own CI uses two; the CAS races modelled
-# here need no more than two forced switches to show). Models that would take many minutes
-# at four set a lower bound of their own (`model_bounded`). Each model's time is printed
+# here need no more than two forced switches to show). Models that would take minutes at four
+# set a lower bound of their own (`model_bounded`, `run2_bounded`). Each model's time is printed
 # (`--report-time`, which libtest takes on stable with RUSTC_BOOTSTRAP=1): the stage took 20
-# minutes on 2026-11-27, most of CI, half of it two gcas.rs models at four preemptions (583 s
-# and 633 s; 93 s and 96 s at three, where they are bounded now with the other moving-write
-# models).
+# minutes on 2026-11-27, most of CI, and every model over 100 s at four now runs at three
+# (633 s -> 96 s, 583 -> 93, 373 -> 67, 165 -> 34, 102 -> 18); at three, the slowest left are
+# the two leaf-moving models of gcas.rs (about 125 s each) and the result cache's (109 s).
 LOOM_MAX_PREEMPTIONS ?= 4
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
