@@ -1,14 +1,15 @@
 """atheris fuzz harness for the Python API: every matcher class, any input.
 
 Each input is read as a program: which class (and dialect), then a run of operations
-(subscribe, unsubscribe, lookup, lookup_many, subscribe_many, remove_subscriber, pickle round
-trips, CSTrie snapshots, matches) whose arguments are `str` (lone surrogates included),
-`bytes` (invalid UTF-8 and NUL included), objects of the wrong type, and subscribers of every
-kind: equal objects of different types, identity-compared objects, NaN, unhashable objects and
-objects whose `__hash__` or `__eq__` raise. Every result is checked against a Python oracle
-(`tests/python/reference.py` for topics, brute force for headers and selectors), and only the
-exceptions the API documents may escape: `InvalidPattern`, `InvalidTopic`, `TypeError`,
-`ValueError`, and whatever a subscriber's own `__hash__` or `__eq__` raised.
+(subscribe, unsubscribe, lookup, lookup_many and lookup_flat, subscribe_many,
+remove_subscriber, pickle round trips, CSTrie snapshots, matches) whose arguments are `str`
+(lone surrogates included), `bytes` (invalid UTF-8 and NUL included), objects of the wrong
+type, and subscribers of every kind: equal objects of different types, identity-compared
+objects, NaN, unhashable objects and objects whose `__hash__` or `__eq__` raise. Every
+result is checked against a Python oracle (`tests/python/reference.py` for topics, brute
+force for headers and selectors), and only the exceptions the API documents may escape:
+`InvalidPattern`, `InvalidTopic`, `TypeError`, `ValueError`, and whatever a subscriber's own
+`__hash__` or `__eq__` raised.
 
     python fuzz/python/fuzz_api.py [atheris/libFuzzer flags] [corpus dirs]
 
@@ -383,12 +384,19 @@ def run_topic(r: Reader) -> None:
             # Every topic is read as UTF-8 text before any is parsed in the dialect.
             unread = [expect_error(as_text(x), pattern=False) for x in xs]
             bad = [e for e in unread if e is not None] or [e for _, e in outcomes if e]
+            flat, flat_raised = call(m.lookup_flat, xs)
             if bad:
                 check_raised(raised, bad[0], f"lookup_many {xs!r}")
+                check_raised(flat_raised, bad[0], f"lookup_flat {xs!r}")
             else:
                 check(raised is None and len(got) == len(xs), "lookup_many", xs, raised)
                 for (text, _), one in zip(outcomes, got, strict=True):
                     check(result_keys(one, same_objects=True) == model.lookup(text), text)
+                check(flat_raised is None and len(flat[1]) == len(xs) + 1, "lookup_flat", xs)
+                subs, ends = flat
+                for i, (text, _) in enumerate(outcomes):
+                    one = subs[ends[i] : ends[i + 1]]
+                    check(result_keys(one, same_objects=True) == model.lookup(text), "flat", text)
             check_arrow(m, model, xs, outcomes)
         elif op == 4:  # remove_subscriber
             s = POOL[r.below(len(POOL))]

@@ -86,6 +86,12 @@ class _TopicMatcher:
         """Every (group, filter, subscriber) membership."""
 
     def lookup_many(self, topics: Iterable[_Text]) -> list[list[Hashable]]: ...
+    def lookup_flat(self, topics: Iterable[_Text]) -> tuple[list[Hashable], list[int]]:
+        """`(subscribers, ends)`: every topic's answer in one list, the subscribers of
+        `topics[i]` being `subscribers[ends[i]:ends[i + 1]]` (`ends[0]` is 0, and `ends` has
+        one more item than `topics`). The lookups of `lookup_many`, without a list per topic:
+        for batches whose answers are large."""
+
     def lookup_arrow(self, topics: _ArrowArrayExportable) -> tuple[Any, Any]:
         """`(subscribers, reasons)` for an Arrow string array, as two pyarrow arrays:
         `list<int64>` (the int subscribers of each topic, null for a rejected one) and

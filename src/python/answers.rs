@@ -7,7 +7,8 @@
 //! its snapshots) keeps, for topics whose
 //! answers have at least [`MIN_IDS`] subscribers, a tuple of the objects of the answer and the
 //! ids it was made from; a lookup whose ids from the core are the same, in the same order,
-//! answers with a copy of the tuple (`PySequence_List`).
+//! answers with a copy of the tuple (`PySequence_List`), and `lookup_flat` copies it into its
+//! one list (`PyList_SetSlice`), in CPython's own loop either way.
 //!
 //! Why a copy never returns a wrong object: the core's ids are the answer; the tuple only
 //! spares turning them into objects again. It is made only from ids that were all live, under
@@ -36,7 +37,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::PyTuple;
 
 use crate::cstrie::WordsHasher;
 use crate::matcher::SubscriberId;
@@ -94,21 +95,21 @@ pub(crate) struct Answers {
 }
 
 impl Answers {
-    /// The list for `topic` (of hash `h`, see [`hash`]), whose answer from the core is `ids`,
-    /// if a kept tuple holds it. `releases` is the registry's release count now.
-    pub(crate) fn copy<'py>(
+    /// The kept tuple of `topic` (of hash `h`, see [`hash`]), whose answer from the core is
+    /// `ids`, if one holds these ids. `releases` is the registry's release count now.
+    pub(crate) fn tuple<'py>(
         &self,
         py: Python<'py>,
         h: u64,
         topic: &str,
         ids: &[SubscriberId],
         releases: u64,
-    ) -> Option<PyResult<Bound<'py, PyList>>> {
+    ) -> Option<Bound<'py, PyTuple>> {
         let (_, answer) = find(set(self.tables.get()?, h), h, topic)?;
         if answer.releases != releases || *answer.ids != *ids {
             return None;
         }
-        Some(answer.tuple.bind(py).as_sequence().to_list())
+        Some(answer.tuple.bind(py).clone())
     }
 
     /// Whether a tuple should be made for the topic of hash `h` now: its answer `ids` is

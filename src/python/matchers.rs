@@ -239,6 +239,11 @@ macro_rules! topic_matcher_class {
                 self.inner.lookup_many(topics)
             }
 
+            /// Every topic's answer in one list, and where each ends (see the stubs).
+            fn lookup_flat<'py>(&self, topics: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+                self.inner.lookup_flat(topics)
+            }
+
             /// `(subscribers, reasons)` for an Arrow array of topics, as two pyarrow arrays:
             /// `list<int64>` of int subscribers (null for a rejected topic) and `string`
             /// reasons (null for a routed one). The GIL is released for the whole batch.

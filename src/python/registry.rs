@@ -333,8 +333,8 @@ impl Registry {
             .collect()
     }
 
-    /// The list for `topic`'s answer `ids`: a copy of its kept tuple, or converted, and kept
-    /// when large, repeated and all live. `releases` was read before `objects`.
+    /// The list for `topic`'s answer `ids`: a copy of its kept tuple, or converted.
+    /// `releases` was read before `objects`.
     fn answer_of<'py>(
         &self,
         py: Python<'py>,
@@ -343,28 +343,85 @@ impl Registry {
         topic: &str,
         ids: &[SubscriberId],
     ) -> PyResult<Bound<'py, PyList>> {
+        match self.kept(py, objects, releases, topic, ids)? {
+            Some(tuple) => tuple.as_sequence().to_list(),
+            None => list_of(py, objects, ids),
+        }
+    }
+
+    /// The tuple of the objects of `topic`'s answer `ids`, if one is kept for these ids, or
+    /// made now (and kept) because the answer is large, repeated and all live; `None` when the
+    /// answer is to be converted id by id. `releases` was read before `objects`.
+    fn kept<'py>(
+        &self,
+        py: Python<'py>,
+        objects: &[Option<Py<PyAny>>],
+        releases: u64,
+        topic: &str,
+        ids: &[SubscriberId],
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         if ids.len() < MIN_IDS {
-            return list_of(py, objects, ids);
+            return Ok(None);
         }
         let h = answers::hash(topic);
-        if let Some(list) = self.answers.copy(py, h, topic, ids, releases) {
-            return list;
+        if let Some(tuple) = self.answers.tuple(py, h, topic, ids, releases) {
+            return Ok(Some(tuple));
         }
-        let live: Option<Vec<&Py<PyAny>>> = if self.answers.wants(h, ids) {
-            ids.iter()
-                .map(|&id| objects.get(id as usize).and_then(Option::as_ref))
-                .collect()
-        } else {
-            None
-        };
+        if !self.answers.wants(h, ids) {
+            return Ok(None);
+        }
+        let live: Option<Vec<&Py<PyAny>>> = ids
+            .iter()
+            .map(|&id| objects.get(id as usize).and_then(Option::as_ref))
+            .collect();
         let Some(live) = live else {
-            return list_of(py, objects, ids);
+            return Ok(None);
         };
         let tuple = PyTuple::new(py, live.iter().map(|o| o.bind(py)))?;
-        let list = tuple.as_sequence().to_list()?;
-        self.answers
-            .keep(h, topic, ids, releases, &self.releases, tuple.unbind());
-        Ok(list)
+        self.answers.keep(
+            h,
+            topic,
+            ids,
+            releases,
+            &self.releases,
+            tuple.clone().unbind(),
+        );
+        Ok(Some(tuple))
+    }
+
+    /// Appends the objects of each answer, `results[i]` for `topics[i]`, to `flat`, and the
+    /// length of `flat` after each to `ends`: `lookup_flat`'s conversion, under one read of the
+    /// table. A kept tuple goes in as one slice assignment (CPython's own copy); any other
+    /// answer object by object. Same guard rule as [`Registry::answer`].
+    pub(crate) fn extend_flat<'py>(
+        &self,
+        flat: &Bound<'py, PyList>,
+        ends: &mut Vec<usize>,
+        topics: &[&str],
+        results: &[Vec<SubscriberId>],
+    ) -> PyResult<()> {
+        let py = flat.py();
+        let releases = self.releases.load(Acquire);
+        let objects = self
+            .objects
+            .read_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        for (topic, ids) in topics.iter().zip(results) {
+            let end = flat.len();
+            match self.kept(py, &objects, releases, topic, ids)? {
+                Some(tuple) => flat.set_slice(end, end, tuple.as_any())?,
+                None => {
+                    for &id in ids {
+                        // A released id is skipped, as in `list_of`.
+                        if let Some(o) = objects.get(id as usize).and_then(Option::as_ref) {
+                            flat.append(o.bind(py))?;
+                        }
+                    }
+                }
+            }
+            ends.push(flat.len());
+        }
+        Ok(())
     }
 
     /// The list of the objects of `ids`, converted. Same guard rule as [`Registry::answer`].

@@ -380,6 +380,26 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         PyList::new(py, lists)
     }
 
+    /// Every topic's answer in one list: the subscribers of `topics[i]` are
+    /// `flat[ends[i]:ends[i + 1]]`, with `ends` starting at 0. The same lookups as
+    /// `lookup_many`, with no list per topic: a batch makes two lists, so the cyclic collector
+    /// has nothing to walk, and a large repeated answer goes in as one copy of its kept tuple.
+    pub(crate) fn lookup_flat<'py>(
+        &self,
+        topics: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let py = topics.py();
+        let flat = PyList::empty(py);
+        let mut ends = vec![0];
+        self.run_many(
+            topics,
+            |ids| ids,
+            |slice, results| self.registry.extend_flat(&flat, &mut ends, slice, &results),
+        )?;
+        let ends = PyList::new(py, ends)?;
+        PyTuple::new(py, [flat.into_any(), ends.into_any()])
+    }
+
     /// `lookup_many` for an Arrow array: the core routes the whole array with the GIL
     /// released, mapping ids to int subscribers through the registry's table of them, and
     /// answers with two Arrow arrays (see `crate::arrow`). A subscriber that is not an int

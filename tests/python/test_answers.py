@@ -1,10 +1,11 @@
 """Large answers: a repeated answer of many subscribers is copied from a tuple the matcher
 keeps, never a stale one (subscribers come and go, their ids are reused); lookup_many leaves
-the garbage collector as it found it; count and count_many agree with lookup."""
+the garbage collector as it found it; count, count_many and lookup_flat agree with lookup."""
 
 from __future__ import annotations
 
 import gc
+import itertools
 import weakref
 
 import pytest
@@ -41,6 +42,14 @@ def _matchers() -> list[tm.Trie]:
 
 def _ids(objs) -> list[int]:
     return sorted(map(id, objs))
+
+
+def _flat_ids(m, topics) -> list[list[int]]:
+    """`lookup_flat`'s answers, one per topic, as `_ids`, after checking its shape."""
+    flat, ends = m.lookup_flat(topics)
+    assert len(ends) == len(topics) + 1 and ends[0] == 0 and ends[-1] == len(flat)
+    assert all(a <= b for a, b in itertools.pairwise(ends))
+    return [_ids(flat[a:b]) for a, b in itertools.pairwise(ends)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -92,6 +101,7 @@ def test_large_answers_are_the_subscribers_of_now(ops):
                         got = [_ids(m.lookup(ts[0]))]
                     else:
                         got = [_ids(r) for r in m.lookup_many(ts)]
+                        assert _flat_ids(m, ts) == want, (type(m).__name__, ts)
                     assert got == want, (type(m).__name__, ts)
 
 
@@ -106,6 +116,7 @@ def test_a_kept_answer_never_outlives_its_subscribers(cls):
         for _ in range(3):
             assert _ids(m.lookup("a.b")) == _ids(crowd)
             assert [_ids(r) for r in m.lookup_many(["a.b", "a.c"])] == [_ids(crowd)] * 2
+            assert _flat_ids(m, ["a.b", "x", "a.c"]) == [_ids(crowd), [], _ids(crowd)]
         for s in crowd:
             m.remove_subscriber(s)
         assert m.lookup("a.b") == []
@@ -176,9 +187,55 @@ def test_a_kept_answer_does_not_keep_its_subscribers_alive(cls):
     for _ in range(3):
         assert len(m.lookup("a.b")) == CROWD
         assert [len(r) for r in m.lookup_many(["a.b", "a.c"])] == [CROWD, CROWD]
+        assert m.lookup_flat(["a.b", "a.c"])[1] == [0, CROWD, 2 * CROWD]
     for s in crowd:
         m.remove_subscriber(s)
     del crowd, s
     gc.collect()
     assert [r() for r in refs] == [None] * CROWD
     assert m.lookup("a.b") == []
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("dialect", tm.DIALECTS)
+def test_lookup_flat_is_lookup_many_in_one_list(cls, dialect):
+    """Small and large answers, repeated topics (a kept tuple copied in), and a batch long
+    enough for the GIL rule to convert it in several slices."""
+    sep, one = reference.SEP[dialect], reference.ONE[dialect]
+    m = cls(dialect)
+    subs = [Sub(i) for i in range(90)]
+    for i in range(120):
+        m.subscribe(sep.join(["a", one]) if i % 2 else sep.join(["a", "b"]), subs[i % 90])
+    m.subscribe(sep.join(["c", "d"]), "one")
+    topics = [sep.join(w) for w in (("a", "b"), ("c", "d"), ("x", "y"), ("a", "c"))] * 3000
+    lists = m.lookup_many(topics)
+    for _ in range(3):
+        flat, ends = m.lookup_flat(topics)
+        assert ends[-1] == sum(map(len, lists)) == len(flat)
+        assert _flat_ids(m, topics) == [_ids(x) for x in lists]
+    assert m.lookup_flat([]) == ([], [0])
+    assert m.lookup_flat(iter(topics[:2]))[1] == [0, 90, 91]
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+def test_lookup_flat_rejects_what_lookup_many_rejects(cls):
+    m = cls("mqtt", [("a/+", "s")])
+    with pytest.raises(tm.InvalidTopic, match=r"topics\[1\]"):
+        m.lookup_flat(["a/b", "a/#"])
+    with pytest.raises(TypeError):
+        m.lookup_flat(["a/b", None])
+    with pytest.raises(TypeError):
+        m.lookup_flat(5)
+    assert m.lookup_flat(["a/b"]) == (["s"], [0, 1])
+
+
+def test_a_flat_answer_is_a_list_of_its_own():
+    m = tm.Trie("amqp", [("a.*", f"s{i}") for i in range(CROWD)])
+    for _ in range(3):
+        flat, ends = m.lookup_flat(["a.b", "a.b"])
+        assert ends == [0, CROWD, 2 * CROWD]
+        flat.clear()
+        ends.append(7)
+    again, ends = m.lookup_flat(["a.b"])
+    assert sorted(again) == sorted(f"s{i}" for i in range(CROWD)) and ends == [0, CROWD]
+    assert gc.is_tracked(again)
