@@ -155,7 +155,7 @@ impl CSTrie {
 /// lookups racing an entombing remove, a new chain of levels and writes on two levels.
 ///
 /// Run with:
-/// `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=4 CARGO_TARGET_DIR=target/loom cargo test --release --lib loom`
+/// `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=4 CARGO_TARGET_DIR=target/loom cargo test --profile test-release --lib loom`
 /// (`make test-loom`). `LOOM_MAX_PREEMPTIONS=4` bounds the interleavings: 3 is the least
 /// bound at which `lookup_across_two_levels_is_never_torn` catches a lookup without its double
 /// collect (checked by disabling `unchanged`), and 4 keeps all models to about 30 s; unbounded,
