@@ -370,10 +370,7 @@ impl Registry {
         if !self.answers.wants(h, ids) {
             return Ok(None);
         }
-        let live: Option<Vec<&Py<PyAny>>> = ids
-            .iter()
-            .map(|&id| objects.get(id as usize).and_then(Option::as_ref))
-            .collect();
+        let live: Option<Vec<&Py<PyAny>>> = ids.iter().map(|&id| live(objects, id)).collect();
         let Some(live) = live else {
             return Ok(None);
         };
@@ -411,11 +408,9 @@ impl Registry {
             match self.kept(py, &objects, releases, topic, ids)? {
                 Some(tuple) => flat.set_slice(end, end, tuple.as_any())?,
                 None => {
-                    for &id in ids {
-                        // A released id is skipped, as in `list_of`.
-                        if let Some(o) = objects.get(id as usize).and_then(Option::as_ref) {
-                            flat.append(o.bind(py))?;
-                        }
+                    // A released id is skipped, as in `list_of`.
+                    for o in ids.iter().filter_map(|&id| live(&objects, id)) {
+                        flat.append(o.bind(py))?;
                     }
                 }
             }
@@ -454,10 +449,7 @@ impl Registry {
             .objects
             .read_py_attached(py)
             .unwrap_or_else(PoisonError::into_inner);
-        objects
-            .get(id as usize)?
-            .as_ref()
-            .map(|o| o.bind(py).clone())
+        live(&objects, id).map(|o| o.bind(py).clone())
     }
 }
 
@@ -472,13 +464,18 @@ pub(crate) enum IntValue {
     Released,
 }
 
+/// The object of `id` in `objects`, or `None` if it was released.
+fn live(objects: &[Option<Py<PyAny>>], id: SubscriberId) -> Option<&Py<PyAny>> {
+    objects.get(id as usize).and_then(Option::as_ref)
+}
+
 /// The list of the objects of `ids` in `objects`, skipping released ids.
 fn list_of<'py>(
     py: Python<'py>,
     objects: &[Option<Py<PyAny>>],
     ids: &[SubscriberId],
 ) -> PyResult<Bound<'py, PyList>> {
-    let live = |id: SubscriberId| objects.get(id as usize).and_then(Option::as_ref);
+    let live = |id: SubscriberId| live(objects, id);
     if ids.iter().all(|&id| live(id).is_some()) {
         // The common case, every id live: the list is made at its final length and filled in
         // place, with no vector in between. `none` is never used: every id was just checked.
