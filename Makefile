@@ -35,7 +35,9 @@ LOOM_TARGET := target/loom
 # (`--report-time`, which libtest takes on stable with RUSTC_BOOTSTRAP=1): the stage took 20
 # minutes on 2026-11-27, most of CI, and every model over 100 s at four now runs at three
 # (633 s -> 96 s, 583 -> 93, 373 -> 67, 165 -> 34, 102 -> 18); at three, the slowest left are
-# the two leaf-moving models of gcas.rs (about 125 s each) and the result cache's (109 s).
+# the two leaf-moving models of gcas.rs (about 125 s each; they searched for their colliding
+# words in every execution, a third of their time: 110 -> 73 s alone once found once) and the
+# result cache's (109 s).
 # The models build in the test-release profile (no LTO, 16 units), as `make test-rust`: the
 # one test binary builds faster, and a model ran no slower (10.0 s against release's 14.8 s,
 # two_inserts_into_one_cnode_both_land at four preemptions, one run each).
@@ -44,7 +46,7 @@ LOOM_MAX_PREEMPTIONS ?= 4
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: all venv build wheel java chromium test test-rust test-loom test-python test-fuzz fuzz lint demo bench clean
-.PHONY: test-fuzz-rust test-fuzz-python soak soak-rust soak-python valgrind leak-check miri
+.PHONY: test-fuzz-rust test-fuzz-python test-fuzz-build soak soak-rust soak-python valgrind leak-check miri
 .PHONY: test-dist test-dist-wheel test-dist-sdist test-dist-spark bench-abi3 bench-amqtt bench-mercure
 
 # Fuzzing: `make test` gives each target a short run; `make fuzz` a long one.
@@ -118,8 +120,14 @@ chromium:
 		echo "chromium not found: installing it"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
+# Two pytest workers (pytest-xdist), each taking whole files: test_spark.py's sessions then start
+# once, in pytest's order (classic, then Connect). 389 s -> 302 s here on 2026-11-27, on two
+# cores; a third worker was slower (348 s: the Spark tests slowed the most). `--dist loadgroup`
+# would spread the files finer, but xdist 3.8 does not group under pytest 9.2 (it renames the
+# node ids through `_nodeid`, which pytest 9.2 no longer reads), so every test ran anywhere.
+PYTEST_WORKERS ?= 2
 test-python: build java chromium
-	$(BIN)/python -m pytest -q tests/python
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/python
 
 # A release wheel for CPython 3.11 and later (abi3), tagged manylinux2014 with the audit passing,
 # and an sdist, both in dist/.
@@ -133,7 +141,11 @@ wheel: $(VENV)/.dist
 
 # The wheel and the sdist, each installed into a new venv and smoke-tested from outside the
 # source tree; then Spark executors given the wheel both ways the README shows.
-test-dist: test-dist-wheel test-dist-sdist test-dist-spark
+# The three run side by side once the wheel is built (-o: the sub-make does not make it again):
+# the sdist's build takes both cores for two minutes while the Spark tests mostly wait on JVMs.
+test-dist: wheel build java
+	$(MAKE) --no-print-directory -j2 --output-sync=target -o wheel -o build -o java \
+		test-dist-wheel test-dist-sdist test-dist-spark
 
 test-dist-wheel: wheel
 	tests/dist/check_install.sh wheel $(WHEEL)
@@ -184,20 +196,28 @@ bench-mercure: build
 # builds CSTries too, so it runs with the same flag.
 FUZZ_FLAGS_parse := -detect_leaks=1
 FUZZ_FLAGS_differential := -detect_leaks=0
-test-fuzz: test-fuzz-rust test-fuzz-python
+FUZZ_FLAGS_arrow := -detect_leaks=0
+# The targets are built once, then run two at a time with the Python harness (each run is one
+# process on one core): four 30 s runs in about a minute rather than two.
+test-fuzz: test-fuzz-build build
+	$(MAKE) --no-print-directory -j2 --output-sync=target -o build \
+		$(addprefix test-fuzz-,$(FUZZ_TARGETS)) test-fuzz-python
 
-test-fuzz-rust:
+test-fuzz-rust: test-fuzz-build
+	$(MAKE) --no-print-directory $(addprefix test-fuzz-,$(FUZZ_TARGETS))
+
+test-fuzz-build:
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
-	@for t in $(FUZZ_TARGETS); do \
-		case $$t in differential|arrow) flags='$(FUZZ_FLAGS_differential)';; \
-			*) flags='$(FUZZ_FLAGS_parse)';; esac; \
-		mkdir -p target/fuzz-corpus/$$t && \
-		(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --release $$t \
-			../target/fuzz-corpus/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) \
-			$$flags -print_final_stats=1 2>&1 \
-			| grep -E 'Done|stat::(number_of_executed_units|average_exec_per_sec)|ERROR|panicked|leak' ; \
-			exit $${PIPESTATUS[0]}) || exit 1; \
-	done
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build --release
+
+.PHONY: $(addprefix test-fuzz-,$(FUZZ_TARGETS))
+$(addprefix test-fuzz-,$(FUZZ_TARGETS)): test-fuzz-%:
+	@mkdir -p target/fuzz-corpus/$*
+	@cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --release $* \
+		../target/fuzz-corpus/$* corpus/$* -- -max_total_time=$(FUZZ_SECONDS) \
+		$(FUZZ_FLAGS_$*) -print_final_stats=1 2>&1 \
+		| grep -E 'Running `|Done|stat::(number_of_executed_units|average_exec_per_sec)|ERROR|panicked|leak' ; \
+		exit $${PIPESTATUS[0]}
 
 # atheris on the Python API (fuzz/python/fuzz_api.py); a crash leaves its input in
 # fuzz/python/artifacts/ (copy it to fuzz/python/regressions/, which pytest replays).

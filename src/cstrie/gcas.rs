@@ -359,7 +359,15 @@ mod loom_tests {
     ///
     /// The words: the first two share the word map's first 5 hash bits (so they share a root
     /// slot, and the second displaces the first's leaf into a pair node), the third does not.
+    ///
+    /// Found once per process (a std `OnceLock`, which loom does not see): each model's threads
+    /// ask for the words in every one of the model's executions.
     fn colliding() -> [String; 3] {
+        static WORDS: std::sync::OnceLock<[String; 3]> = std::sync::OnceLock::new();
+        WORDS.get_or_init(find_colliding).clone()
+    }
+
+    fn find_colliding() -> [String; 3] {
         use crate::cstrie::hamt::HashKey;
         let words: Vec<String> = (0..200).map(|i| format!("w{i}")).collect();
         let low = |w: &String| w.as_str().hash64() & 31;
