@@ -18,6 +18,30 @@ pub(crate) use loom::sync::atomic::fence;
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, RwLock};
 
+/// A cell for data published by a release store and read after the matching acquire load:
+/// loom's `UnsafeCell` under loom, which fails a model whose read is not ordered after the
+/// write; std's otherwise, with loom's `with`/`with_mut` interface.
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+#[cfg(not(loom))]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
 /// Pins on `collector`, for the loom models: under loom the default collector is a loom
 /// `lazy_static`, so each structure carries a collector made inside the model, and each loom
 /// thread keeps one handle on it, as `epoch::pin` keeps one per thread on the default

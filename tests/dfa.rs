@@ -445,6 +445,15 @@ fn warm_lookups_build_nothing() {
     }
 }
 
+/// Asserts that `m` answers `t` as the oracle `o` does.
+fn same(m: &LazyDfa, o: &NaiveMatcher, t: &str) {
+    assert_eq!(
+        sorted(m.lookup_str(t).unwrap()),
+        sorted(o.lookup_str(t).unwrap()),
+        "{t:?}"
+    );
+}
+
 /// A write concerns only the states whose nodes it touches: the others keep their edges
 /// and answers, and lookups through them build nothing.
 #[test]
@@ -452,13 +461,7 @@ fn a_write_leaves_the_states_it_does_not_concern_warm() {
     let d = Dialect::Amqp;
     let m = dfa(d, DEFAULT_CACHE_BYTES, &[("a.x.y", 1), ("b.x.y", 2)]);
     let o = oracle(d, &[("a.x.y", 1), ("b.x.y", 2)]);
-    let look = |t: &str| {
-        assert_eq!(
-            sorted(m.lookup_str(t).unwrap()),
-            sorted(o.lookup_str(t).unwrap()),
-            "{t:?}"
-        );
-    };
+    let look = |t: &str| same(&m, &o, t);
     for t in ["a.x.y", "b.x.y", "a.x", "b.x"] {
         look(t);
     }
@@ -492,6 +495,42 @@ fn a_write_leaves_the_states_it_does_not_concern_warm() {
     look("a.w");
     look("a.x.y");
     look("b.x.y");
+}
+
+/// New words under a warm state fill its edge table past half full; the writer then replaces
+/// the state's derived data with a copy twice as wide, which keeps the edges already followed,
+/// so lookups through them build nothing.
+#[test]
+fn a_table_widened_by_writes_keeps_its_targets() {
+    let d = Dialect::Amqp;
+    let m = dfa(d, DEFAULT_CACHE_BYTES, &[("a.x", 1), ("a.*", 2)]);
+    let o = oracle(d, &[("a.x", 1), ("a.*", 2)]);
+    let look = |t: &str| same(&m, &o, t);
+    look("a.x");
+    look("a.y");
+    let warm = m.stats();
+    // The root's table holds `a` in two slots: forty new first words widen it five times.
+    let words: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
+    for (i, w) in words.iter().enumerate() {
+        let id = 10 + i as SubscriberId;
+        m.subscribe_str(&format!("{w}.x"), id).unwrap();
+        o.subscribe_str(&format!("{w}.x"), id).unwrap();
+    }
+    let written = m.stats();
+    assert_eq!(written.invalidations, warm.invalidations, "{written:?}");
+    look("a.x");
+    look("a.y");
+    assert_eq!(m.stats().states, written.states, "a warm state was rebuilt");
+    assert_eq!(
+        m.stats().transitions,
+        written.transitions,
+        "a warm edge was lost"
+    );
+    for w in &words {
+        look(&format!("{w}.x"));
+        look(&format!("{w}.y"));
+        look(w);
+    }
 }
 
 /// `#.#. … .#.x` (30 `#`) against 2,000-word topics: right answers, few states, in every

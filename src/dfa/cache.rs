@@ -6,15 +6,17 @@
 //! - Readers on the cold path (holding the NFA's read lock) intern states, publish a state's
 //!   derived data, and fill the target of an edge or of the default edge. Each is a CAS from
 //!   null: two readers building the same thing at once both end with the one copy that won.
-//! - The NFA's writer (holding its write lock, so no reader is on the cold path) inserts edge
-//!   keys, clears targets, swaps answers and drops derived data. Only it ever adds a key to a
-//!   published edge table, so no key is lost to a racing insert or a table's growth: a word
-//!   absent from a state's table is a word none of its nodes names, which the default edge
-//!   answers.
+//! - The NFA's writer (holding its write lock, so no reader is on the cold path) files edge
+//!   keys, clears targets, swaps answers, drops derived data and replaces a full edge table's
+//!   derived data with a wider copy. Only it ever adds a key to published derived data, so no
+//!   key is lost to a racing insert or a table's growth: a word absent from a state's table is
+//!   a word none of its nodes names, which the default edge answers. A key is filed by
+//!   writing its word into an empty slot, then its hash with a release store; readers read a
+//!   slot's word only after loading its hash (the loom models check it with loom's cell).
 //! - Readers on the hot path only load.
 //!
 //! Memory: a [`Generation`] owns its states, a state its derived data, derived data its
-//! answer and edge table, an edge table its edges. Targets point at states of the same
+//! answer and its edges (inline in one array). Targets point at states of the same
 //! generation and own nothing. Whatever is replaced is retired to crossbeam-epoch, and so is a
 //! whole generation when the cache is flushed, so a reader pinned before the swap still reads
 //! what it loaded.
@@ -22,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::mem::size_of;
+use std::mem::{size_of, MaybeUninit};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
@@ -31,12 +33,12 @@ use smol_str::SmolStr;
 use super::nfa::NodeId;
 use crate::cstrie::WordsHasher;
 use crate::matcher::SubscriberId;
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, RwLock};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, RwLock, UnsafeCell};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
-/// A word's hash, as edge tables file it.
+/// A word's hash, as edge tables file it; never 0, which marks an empty slot.
 pub(crate) fn word_hash(word: &str) -> u64 {
-    WordsHasher.hash_one(word)
+    WordsHasher.hash_one(word).max(1)
 }
 
 fn set_hash(dollar: bool, set: &[NodeId]) -> u64 {
@@ -69,14 +71,23 @@ impl Drop for State {
 }
 
 /// What a state answers, built from its nodes under the NFA's read lock.
+///
+/// A warm lookup reads, per word, a state, its derived data, one slot of `edges` (the edge
+/// itself: word and target inline) and the next state: four dependent loads. (The edges
+/// were boxed one by one behind a table of their own, six loads a word, until 2026-11-27.)
 pub(crate) struct Derived {
     /// The nodes the state stands for now: its set's closure in the current NFA, which holds
     /// more than the set when a write added a many-words child under one of its nodes.
     pub(crate) closure: Box<[NodeId]>,
     pub(crate) accept: Atomic<Accept>,
-    pub(crate) edges: Atomic<EdgeTable>,
     /// The state a word that no node names leads to; null until computed.
     pub(crate) default: Atomic<State>,
+    /// Keys filed in `edges`; only the builder or the writer reads or changes it.
+    filed: AtomicUsize,
+    /// The state's edges: open addressing on the word's hash, linear probing, at most half
+    /// full. A write that finds no room replaces the whole derived data with a copy twice
+    /// as wide ([`writer::reset_word`]).
+    edges: Box<[Edge]>,
 }
 
 /// The subscribers of a state's nodes, each once.
@@ -86,107 +97,140 @@ impl Drop for Derived {
     fn drop(&mut self) {
         // SAFETY: derived data is dropped when it was retired to the epoch and every reader
         // pinned at the time has unpinned, or with its state (see `State::drop`); either way
-        // no thread holds its answer or its table. `default` is not owned and not freed.
+        // no thread holds its answer. `default` and the edges' targets are not owned.
         unsafe {
-            let g = epoch::unprotected();
-            let a = self.accept.load(Relaxed, g);
+            let a = self.accept.load(Relaxed, epoch::unprotected());
             if !a.is_null() {
                 drop(a.into_owned());
             }
-            let e = self.edges.load(Relaxed, g);
-            if !e.is_null() {
-                drop(e.into_owned());
-            }
         }
     }
 }
 
-/// One edge: a word and the state it leads to (null until computed).
-pub(crate) struct Edge {
-    hash: u64,
-    /// Inline up to 23 bytes: comparing the word reads no other cache line.
-    word: SmolStr,
-    pub(crate) target: Atomic<State>,
-}
-
-/// A state's edges: open addressing on the word's hash, linear probing, at most half full.
-pub(crate) struct EdgeTable {
-    slots: Box<[Atomic<Edge>]>,
-    /// Keys filed; only the table's builder or the writer reads or changes it.
-    len: AtomicUsize,
-}
-
-impl Drop for EdgeTable {
-    fn drop(&mut self) {
-        // SAFETY: a table is dropped when retired and unreachable (as `Derived::drop` says);
-        // its edges are its own: a grown table holds copies, never the same edges.
-        unsafe {
-            let g = epoch::unprotected();
-            for s in self.slots.iter() {
-                let e = s.load(Relaxed, g);
-                if !e.is_null() {
-                    drop(e.into_owned());
-                }
-            }
-        }
-    }
-}
-
-impl EdgeTable {
-    /// A table holding `words` with no targets, sized for them at most half full.
-    pub(crate) fn with_words(words: Vec<Arc<str>>) -> EdgeTable {
-        let cap = (words.len() * 2).next_power_of_two().max(2);
-        let mut t = EdgeTable {
-            slots: (0..cap).map(|_| Atomic::null()).collect(),
-            len: AtomicUsize::new(0),
+impl Derived {
+    /// Derived data with `words` filed, no targets, and room for them at most half full.
+    fn new(closure: Box<[NodeId]>, accept: Accept, words: &[Arc<str>]) -> Derived {
+        let d = Derived {
+            closure,
+            accept: Atomic::new(accept),
+            default: Atomic::null(),
+            filed: AtomicUsize::new(0),
+            edges: empty_edges(words.len()),
         };
         for w in words {
-            t.put(Edge {
-                hash: word_hash(&w),
-                word: SmolStr::new(&*w),
-                target: Atomic::null(),
-            });
+            d.file(w, word_hash(w));
         }
-        t
-    }
-
-    /// Files an edge whose word is not in the table; there must be room.
-    fn put(&mut self, edge: Edge) {
-        let mask = self.slots.len() - 1;
-        let mut i = edge.hash as usize & mask;
-        // SAFETY: only the owner of an unpublished table, or the writer holding the NFA's
-        // write lock, files edges; neither frees a slot's edge meanwhile.
-        let g = unsafe { epoch::unprotected() };
-        while !self.slots[i].load(Relaxed, g).is_null() {
-            i = (i + 1) & mask;
-        }
-        self.slots[i].store(Owned::new(edge), Release);
-        self.len.fetch_add(1, Relaxed);
+        d
     }
 
     /// The edge of `word`, if a node of the state names it.
-    pub(crate) fn get<'g>(&self, word: &str, hash: u64, guard: &'g Guard) -> Option<&'g Edge> {
-        let mask = self.slots.len() - 1;
+    pub(crate) fn edge(&self, word: &str, hash: u64) -> Option<&Edge> {
+        let mask = self.edges.len() - 1;
         let mut i = hash as usize & mask;
         loop {
-            let e = self.slots[i].load(Acquire, guard);
-            // SAFETY: a slot's edge is freed only with its table, which is retired to the
-            // epoch and freed after `guard` unpins; the caller loaded the table under it.
-            let e = unsafe { e.as_ref() }?;
-            if e.hash == hash && e.word.as_str() == word {
-                return Some(e);
+            let e = &self.edges[i];
+            match e.hash.load(Acquire) {
+                0 => return None,
+                h if h == hash && e.word() == word => return Some(e),
+                _ => i = (i + 1) & mask,
             }
-            i = (i + 1) & mask;
         }
     }
 
-    fn bytes(&self) -> usize {
-        size_of::<EdgeTable>() + self.slots.len() * size_of::<usize>()
+    /// Files `word`, which the table does not hold, in an empty slot; there must be room.
+    /// Only one thread files at a time: the builder of derived data not yet published, or
+    /// the writer, under the NFA's write lock.
+    fn file(&self, word: &str, hash: u64) -> &Edge {
+        let mask = self.edges.len() - 1;
+        let mut i = hash as usize & mask;
+        while self.edges[i].hash.load(Relaxed) != 0 {
+            i = (i + 1) & mask;
+        }
+        let e = &self.edges[i];
+        // SAFETY: the slot is empty: no reader reads its word, since a reader reads a word
+        // only after it loaded the slot's hash as stored below, and no other thread files
+        // (the contract above). The word is written once; `Edge::drop` drops it.
+        e.word
+            .with_mut(|w| unsafe { (*w).write(SmolStr::new(word)) });
+        // The release: a reader that loads the hash reads the word written before it.
+        e.hash.store(hash, Release);
+        self.filed.fetch_add(1, Relaxed);
+        e
     }
 
-    /// Bytes of one edge of `word`.
-    pub(crate) fn edge_bytes(word: &str) -> usize {
-        size_of::<Edge>() + 2 * size_of::<usize>() + word.len()
+    /// Whether one more key fits at most half full.
+    fn has_room(&self) -> bool {
+        (self.filed.load(Relaxed) + 1) * 2 <= self.edges.len()
+    }
+
+    /// Bytes of derived data with `slots` edge slots, words' heap bytes aside.
+    fn bytes(closure: usize, accept: usize, slots: usize) -> usize {
+        size_of::<Derived>()
+            + size_of::<Accept>()
+            + (closure + accept) * size_of::<u32>()
+            + slots * size_of::<Edge>()
+    }
+}
+
+/// Slots for `words` keys at most half full.
+fn slots_for(words: usize) -> usize {
+    (words * 2).next_power_of_two().max(2)
+}
+
+/// Empty slots for `words` keys at most half full.
+fn empty_edges(words: usize) -> Box<[Edge]> {
+    (0..slots_for(words)).map(|_| Edge::empty()).collect()
+}
+
+/// One edge: a word and the state it leads to (null until computed). A slot whose hash is 0
+/// is empty, its word never written.
+pub(crate) struct Edge {
+    hash: AtomicU64,
+    /// Inline up to 23 bytes: comparing the word reads no other cache line.
+    word: UnsafeCell<MaybeUninit<SmolStr>>,
+    pub(crate) target: Atomic<State>,
+}
+
+// SAFETY: the only field that is not itself `Sync` is `word`, written once by the one thread
+// that files the slot, before the release store of its hash, and read only by threads that
+// loaded that hash (`Derived::file`, `Edge::word`).
+unsafe impl Sync for Edge {}
+
+impl Edge {
+    fn empty() -> Edge {
+        Edge {
+            hash: AtomicU64::new(0),
+            word: UnsafeCell::new(MaybeUninit::uninit()),
+            target: Atomic::null(),
+        }
+    }
+
+    /// The word of a filed slot.
+    fn word(&self) -> &str {
+        debug_assert_ne!(self.hash.load(Relaxed), 0);
+        // SAFETY: called on filed slots only: after the caller loaded a nonzero hash (with
+        // acquire, or on the filing thread), which was stored after the word was written.
+        self.word
+            .with(|w| unsafe { (*w).assume_init_ref().as_str() })
+    }
+
+    /// Bytes a word takes beyond its slot.
+    fn word_bytes(word: &str) -> usize {
+        if word.len() > 23 {
+            word.len()
+        } else {
+            0
+        }
+    }
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        if self.hash.load(Relaxed) != 0 {
+            // SAFETY: filed (a nonzero hash), so the word was written; the slot is being
+            // dropped, so nothing reads it again.
+            self.word.with_mut(|w| unsafe { (*w).assume_init_drop() });
+        }
     }
 }
 
@@ -397,24 +441,21 @@ impl Generation {
         budget: usize,
         guard: &'g Guard,
     ) -> Result<&'g Derived, Full> {
-        let words_bytes: usize = built.words.iter().map(|w| EdgeTable::edge_bytes(w)).sum();
-        let table = EdgeTable::with_words(built.words);
-        let n = size_of::<Derived>()
-            + size_of::<Accept>()
-            + (built.closure.len() + built.accept.len()) * size_of::<u32>()
-            + table.bytes()
-            + words_bytes
+        let words_bytes: usize = built.words.iter().map(|w| Edge::word_bytes(w)).sum();
+        let n = Derived::bytes(
+            built.closure.len(),
+            built.accept.len(),
+            slots_for(built.words.len()),
+        ) + words_bytes
             + built.closure.len() * size_of::<StatePtr>();
         self.charge(n, budget)?;
-        let closure = built.closure.into_boxed_slice();
         // Before the publishing CAS (a release): whoever reads the new data reads the stamp.
         state.stamp.store(built.stamp, Relaxed);
-        let d = Owned::new(Derived {
-            closure,
-            accept: Atomic::new(Accept(built.accept.into_boxed_slice())),
-            edges: Atomic::new(table),
-            default: Atomic::null(),
-        });
+        let d = Owned::new(Derived::new(
+            built.closure.into_boxed_slice(),
+            Accept(built.accept.into_boxed_slice()),
+            &built.words,
+        ));
         let d = match state
             .derived
             .compare_exchange(Shared::null(), d, AcqRel, Acquire, guard)
@@ -504,55 +545,45 @@ pub(crate) mod writer {
         }
     }
 
-    /// The word's edge moves: its target is cleared, or the key is added when new.
-    pub(crate) fn reset_word(d: &Derived, word: &Arc<str>, guard: &Guard) -> usize {
+    /// The word's edge moves: its target is cleared, or the key is added when new. A table
+    /// with no room is replaced, with the rest of `state`'s derived data `d`, by a copy twice
+    /// as wide (targets, answer and default kept). Returns the bytes added.
+    pub(crate) fn reset_word(state: &State, d: &Derived, word: &Arc<str>, guard: &Guard) -> usize {
         let hash = word_hash(word);
-        let cur = d.edges.load(Acquire, guard);
-        // SAFETY: a derived's table is replaced only here, by the one writer.
-        let table = unsafe { cur.deref() };
-        if let Some(e) = table.get(word, hash, guard) {
+        if let Some(e) = d.edge(word, hash) {
             e.target.store(Shared::null(), Release);
             return 0;
         }
-        let edge = Edge {
-            hash,
-            word: SmolStr::new(&**word),
-            target: Atomic::null(),
-        };
-        if (table.len.load(Relaxed) + 1) * 2 <= table.slots.len() {
-            // Room: file it in place (`put` on the shared slots: the writer is the only one
-            // filing keys). A reader probing meanwhile may miss it; the write's seqlock
-            // sends that reader round again.
-            let mask = table.slots.len() - 1;
-            let mut i = hash as usize & mask;
-            while !table.slots[i].load(Relaxed, guard).is_null() {
-                i = (i + 1) & mask;
-            }
-            table.slots[i].store(Owned::new(edge), Release);
-            table.len.fetch_add(1, Relaxed);
-            EdgeTable::edge_bytes(word)
-        } else {
-            let mut grown = EdgeTable {
-                slots: (0..table.slots.len() * 2).map(|_| Atomic::null()).collect(),
-                len: AtomicUsize::new(0),
-            };
-            for s in table.slots.iter() {
-                // SAFETY: edges of the table in place stay until it is retired below.
-                if let Some(e) = unsafe { s.load(Acquire, guard).as_ref() } {
-                    grown.put(Edge {
-                        hash: e.hash,
-                        word: e.word.clone(),
-                        target: Atomic::from(e.target.load(Acquire, guard)),
-                    });
-                }
-            }
-            grown.put(edge);
-            let bytes = grown.bytes() + EdgeTable::edge_bytes(word);
-            let old = d.edges.swap(Owned::new(grown), AcqRel, guard);
-            // SAFETY: unlinked just now; freed after the readers pinned now unpin.
-            unsafe { guard.defer_destroy(old) };
-            bytes
+        if d.has_room() {
+            // In place (the writer is the only one filing keys). A reader probing meanwhile
+            // may miss it; the write's seqlock sends that reader round again.
+            d.file(word, hash);
+            return Edge::word_bytes(word);
         }
+        // SAFETY: an answer is replaced only by this writer; `d` is current.
+        let accept = unsafe { d.accept.load(Acquire, guard).deref() };
+        let wide = Derived {
+            closure: d.closure.clone(),
+            accept: Atomic::new(Accept(accept.0.clone())),
+            default: Atomic::from(d.default.load(Acquire, guard)),
+            filed: AtomicUsize::new(0),
+            edges: (0..d.edges.len() * 2).map(|_| Edge::empty()).collect(),
+        };
+        for e in d.edges.iter() {
+            let hash = e.hash.load(Relaxed);
+            if hash != 0 {
+                let to = wide.file(e.word(), hash);
+                to.target.store(e.target.load(Acquire, guard), Relaxed);
+            }
+        }
+        wide.file(word, hash);
+        let bytes = Derived::bytes(d.closure.len(), accept.0.len(), wide.edges.len())
+            + Edge::word_bytes(word);
+        // The release publishes the copy whole; the caller stamped the state before.
+        let old = state.derived.swap(Owned::new(wide), AcqRel, guard);
+        // SAFETY: unlinked just now; freed after the readers pinned now unpin.
+        unsafe { guard.defer_destroy(old) };
+        bytes
     }
 
     /// Swaps a state's answer for `ids`.
