@@ -108,15 +108,20 @@ impl Drop for Derived {
 }
 
 impl Derived {
-    /// Derived data with `words` filed, no targets, and room for them at most half full.
-    fn new(closure: Box<[NodeId]>, accept: Accept, words: &[Arc<str>]) -> Derived {
-        let d = Derived {
+    /// Derived data with `slots` empty edge slots and no default.
+    fn empty(closure: Box<[NodeId]>, accept: Accept, slots: usize) -> Derived {
+        Derived {
             closure,
             accept: Atomic::new(accept),
             default: Atomic::null(),
             filed: AtomicUsize::new(0),
-            edges: empty_edges(words.len()),
-        };
+            edges: (0..slots).map(|_| Edge::empty()).collect(),
+        }
+    }
+
+    /// Derived data with `words` filed, no targets, and room for them at most half full.
+    fn new(closure: Box<[NodeId]>, accept: Accept, words: &[Arc<str>]) -> Derived {
+        let d = Derived::empty(closure, accept, slots_for(words.len()));
         for w in words {
             d.file(w, word_hash(w));
         }
@@ -177,16 +182,14 @@ fn slots_for(words: usize) -> usize {
     (words * 2).next_power_of_two().max(2)
 }
 
-/// Empty slots for `words` keys at most half full.
-fn empty_edges(words: usize) -> Box<[Edge]> {
-    (0..slots_for(words)).map(|_| Edge::empty()).collect()
-}
+/// The longest word a `SmolStr` keeps inline, with no allocation of its own.
+const INLINE_WORD: usize = 23;
 
 /// One edge: a word and the state it leads to (null until computed). A slot whose hash is 0
 /// is empty, its word never written.
 pub(crate) struct Edge {
     hash: AtomicU64,
-    /// Inline up to 23 bytes: comparing the word reads no other cache line.
+    /// Inline up to [`INLINE_WORD`] bytes: comparing the word reads no other cache line.
     word: UnsafeCell<MaybeUninit<SmolStr>>,
     pub(crate) target: Atomic<State>,
 }
@@ -216,7 +219,7 @@ impl Edge {
 
     /// Bytes a word takes beyond its slot.
     fn word_bytes(word: &str) -> usize {
-        if word.len() > 23 {
+        if word.len() > INLINE_WORD {
             word.len()
         } else {
             0
@@ -562,13 +565,12 @@ pub(crate) mod writer {
         }
         // SAFETY: an answer is replaced only by this writer; `d` is current.
         let accept = unsafe { d.accept.load(Acquire, guard).deref() };
-        let wide = Derived {
-            closure: d.closure.clone(),
-            accept: Atomic::new(Accept(accept.0.clone())),
-            default: Atomic::from(d.default.load(Acquire, guard)),
-            filed: AtomicUsize::new(0),
-            edges: (0..d.edges.len() * 2).map(|_| Edge::empty()).collect(),
-        };
+        let wide = Derived::empty(
+            d.closure.clone(),
+            Accept(accept.0.clone()),
+            d.edges.len() * 2,
+        );
+        wide.default.store(d.default.load(Acquire, guard), Relaxed);
         for e in d.edges.iter() {
             let hash = e.hash.load(Relaxed);
             if hash != 0 {
