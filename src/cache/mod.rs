@@ -11,7 +11,8 @@
 //! 2. **A hit takes no lock and allocates nothing but the returned list.** The table is a fixed
 //!    array of sets of [`WAYS`] slots, each a `crossbeam_epoch::Atomic<Entry>`: a hit pins,
 //!    loads, compares and copies the ids out; a miss that stores an entry swaps it in with one
-//!    CAS and retires the old one with `defer_destroy`. Entries are immutable once published.
+//!    CAS and retires the old one with `defer_destroy`. Entries are immutable once published,
+//!    but for the counts through which they are known true, which hits move forward.
 //! 3. **It never makes a cold workload slow.** On a wide topic space (`users.<id>.events` with
 //!    a million ids) nearly every lookup misses, and a miss that stores an entry costs three
 //!    allocations, a CAS and the retirement of the entry it evicts: more than a hit saves on a
@@ -22,8 +23,9 @@
 //!    [`OFF_BELOW_PERCENT`], or hits below [`STORE_COST`] per entry stored over a stale one
 //!    or evicting a live one while the workload outgrows the table, the cache does not pay,
 //!    and admission turns it off: lookups go straight to the inner matcher (the doorkeeper
-//!    still marks their topics), except one in [`SAMPLE`], which still probes and stores, so
-//!    that a workload turning hot is noticed and the cache turns back on (from
+//!    still marks their topics), except those of one topic in [`SAMPLE`] (a slice of the hash
+//!    space that moves on every [`SLICE_TURN`] lookups), which still probe and store, so that
+//!    a workload turning hot is noticed and the cache turns back on (from
 //!    [`ON_FROM_PERCENT`] repeats, judged every [`SAMPLED_WINDOW`] sampled lookups).
 //!
 //!    Long cycles: a workload that cycles through more topics than a window holds (10,000
@@ -40,10 +42,12 @@
 //! at the same instant may pass it by one entry each.)
 //!
 //! A write invalidates only the entries whose results it can change: each write bumps one
-//! counter picked by its pattern's leading literal words, and an entry stays true while the
-//! counters of its topic's leading words stand still (`shards.rs`). A writer that churns
-//! `sensors.*.temp` leaves the entries of `orders.eu` alone. (NATS patches the matching
-//! entries on each insert instead, at the cost of a pass over the cache per write.)
+//! counter picked by its pattern's leading literal words and leaves a summary of its pattern
+//! in that counter's log; an entry stays true while the counters of its topic's leading words
+//! stand still, or while every write logged since cannot match its topic (`shards.rs`). A
+//! writer that churns `sensors.*.temp` leaves the entries of `orders.eu` alone, and one that
+//! churns `+/+/temp` those of `a/b/c/d`. (NATS patches the matching entries on each insert
+//! instead, at the cost of a pass over the cache per write.)
 //!
 //! The topic hash is FxHash-style multiply mixing (fast, not collision resistant): crafted
 //! topics that share a set only lower the hit rate, since a hit compares the whole topic.
@@ -57,7 +61,7 @@ use std::sync::OnceLock;
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
 mod shards;
-use self::shards::{Shards, TopicShards};
+use self::shards::{LazyPrint, Shards, Summary, TopicPrint, TopicShards, MASKS};
 
 use crate::cstrie::CSTrie;
 use crate::dialect::{Dialect, Pattern, Topic};
@@ -107,8 +111,12 @@ pub const ON_FROM_PERCENT: u32 = 50;
 /// store charged (over a stale entry, or evicting while the workload outgrows the table).
 pub const STORE_COST: u32 = 2;
 
-/// While the cache is off, one lookup in this many still probes and stores.
+/// While the cache is off, the lookups of one topic in this many still probe and store.
 pub const SAMPLE: u32 = 64;
+
+/// Lookups of a thread after which the slice of topics it samples moves on (see
+/// `Cache::admits`).
+pub const SLICE_TURN: u32 = 512;
 
 /// Doorkeeper bits per slot: with eight, a table's worth of distinct topics sets about an
 /// eighth of the bits, so a topic seen once is rarely taken for one seen twice.
@@ -122,18 +130,28 @@ const STRIPES: usize = 16;
 const ON: u8 = 0;
 const OFF: u8 = 1;
 
-/// One cached result. Immutable once published.
+/// One cached result. Immutable once published but for `seen`, which only grows.
 struct Entry {
     hash: u64,
-    /// The sum of its topic's shard counters the result is true for (see [`Cached::write`]).
-    tag: u64,
-    /// Its topic's shards, so that a store can tell a stale entry from a live one.
+    /// For each of its topic's shards, the count of `begun` through which the result is known
+    /// true: every write on the shard numbered up to it is in the result or cannot match the
+    /// topic (see [`Cached::write`]).
+    seen: [crate::sync::AtomicU64; MASKS],
+    /// Its topic's shards, in the order of `seen`.
     shards: TopicShards,
     topic: Box<[u8]>,
     ids: Box<[SubscriberId]>,
 }
 
 impl Entry {
+    /// Whether no shard of its topic has moved since the result was last known true.
+    fn current(&self, shards: &Shards) -> bool {
+        self.seen
+            .iter()
+            .zip(self.shards.iter())
+            .all(|(seen, i)| shards.begun_of(i) == seen.load(Relaxed))
+    }
+
     fn bytes(&self) -> usize {
         std::mem::size_of::<Entry>()
             + self.topic.len()
@@ -222,6 +240,9 @@ struct Cache {
     reenabled: AtomicU32,
     /// Times in a row the store rule turned the cache off: each doubles the sampled window.
     thrashed: AtomicU32,
+    /// Windows left, after sampling turned the cache back on, in which the store rule is not
+    /// applied (see [`Cache::judge`]).
+    grace: AtomicU32,
     /// Whether admission may turn the cache off and the doorkeeper refuse first-seen topics
     /// (see [`Cached::without_admission`]).
     adaptive: bool,
@@ -324,6 +345,7 @@ impl<M: Matcher> Cached<M> {
                 strikes: AtomicU32::new(0),
                 reenabled: AtomicU32::new(0),
                 thrashed: AtomicU32::new(0),
+                grace: AtomicU32::new(0),
                 adaptive: true,
                 stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
                 shards: OnceLock::new(),
@@ -381,57 +403,68 @@ impl<M: Matcher> Cached<M> {
         s
     }
 
-    /// Runs one write of the inner matcher on `shard`, the shard of its pattern.
+    /// Runs one write of the inner matcher on `shard`, the shard of its pattern, whose summary
+    /// is `summary`.
     ///
     /// What a write does to the cache: it runs inside a bracket on the shard of its pattern
-    /// (`Shards::write`): B: `begun += 1`; C: the inner write; D: `ended += 1`, even if C panics.
+    /// (`Shards::write`): B: `begun += 1`, which numbers the write on its shard, and its
+    /// summary remembered under that number; C: the inner write; D: `ended += 1`, even if C
+    /// panics.
     ///
     /// A lookup of topic T, whose shards are the set K(T), probes T's set of slots, then:
     ///
-    /// - if it finds an entry for T, it reads the sum of `begun` over the shards stored with the
-    ///   entry, which are K(T) (the lookup that stored it computed them from the same text). If
-    ///   the sum is the entry's tag, that is a *hit*.
-    /// - otherwise, R1: reads g = Σ `begun` over K(T); R2: reads e = Σ `ended` over K(T); C':
-    ///   computes from the inner matcher; R3: reads Σ `begun` over K(T) again. It stores the
-    ///   result tagged g only if e = g and R3 read g.
+    /// - if it finds an entry for T, it reads `begun` of each shard k of K(T) (the shards
+    ///   stored with the entry; the lookup that stored it computed them from the same text) as
+    ///   n_k. Where n_k is above the entry's `seen_k`, it reads the summaries of the writes
+    ///   numbered `seen_k + 1 ..= n_k` on k; if every one is still there and cannot match T, it
+    ///   raises `seen_k` to n_k. If that holds on every shard, that is a *hit*.
+    /// - otherwise, R1: reads g_k = `begun` of each k of K(T), and g = Σ g_k; R2: reads e =
+    ///   Σ `ended` over K(T); C': computes from the inner matcher; R3: reads Σ `begun` over K(T)
+    ///   again. It stores the result with `seen_k` = g_k only if e = g and R3 read g.
     ///
-    /// All of these are `SeqCst`, so they fall into one total order consistent with each thread's
-    /// program order; and the inner matcher is linearizable, its writes and reads synchronising
-    /// (release/acquire) where a read sees a write.
+    /// The counters are read and written `SeqCst`, so they fall into one total order consistent
+    /// with each thread's program order; and the inner matcher is linearizable, its writes and
+    /// reads synchronising (release/acquire) where a read sees a write.
     ///
-    /// **Only writes on K(T) matter.** A write on another shard has a pattern that cannot match T
-    /// (`shards.rs`), so it changes no result the lookup can compute. Below, "a write" means one
-    /// on a shard of K(T).
+    /// **Only writes that match T matter.** A write changes T's result only if its pattern
+    /// matches T; such a write is on a shard of K(T) (`shards.rs`), and its summary says it
+    /// may match T (`Summary::may_match` answers "cannot" only from words that differ).
     ///
     /// **What a stored entry holds.** Every counter only grows, so R3 reading the sum g that R1
-    /// read means that no shard's `begun` moved between its R1 and R3 reads: no write began in
-    /// that span. Then on each shard, the writes counted at R1 are all the writes begun up to R2,
-    /// so that shard's `ended` at R2 is at most its `begun` at R1; the sums being equal, each is
-    /// equal: every write counted in g (call these "≤ g") had its D before R2. D releases and R2
-    /// acquires, so its C happened before C'. A write not counted in g ("> g") had its B after its
-    /// shard's R3 read, and so after R3; its C comes after its B, and if C' had seen that C, B
-    /// would happen before R3 and R3 would read more than g. So C' saw exactly the writes ≤ g: call
-    /// that state S_g. And S_g was T's state over a real interval I, from the last D of a write
-    /// ≤ g to the first B of a write > g, an interval the storer's R2..R3 lies in.
+    /// read means that no shard's `begun` moved between its R1 and R3 reads: no write on K(T)
+    /// began in that span. Then on each shard, the writes counted at R1 are all the writes
+    /// begun up to R2, so that shard's `ended` at R2 is at most its `begun` at R1; the sums
+    /// being equal, each is equal: every write numbered up to g_k on its shard k had its D
+    /// before R2. D releases and R2 acquires, so its C happened before C'. A write numbered
+    /// above g_k had its B after its shard's R3 read, and so after R3; its C comes after its B,
+    /// and if C' had seen that C, B would happen before R3 and R3 would read more than g. So C'
+    /// saw exactly the writes numbered up to g_k on each k.
     ///
-    /// **Why a hit is never stale.** A lookup that hits found the entry after it was stored, so
-    /// after I began, and then read the sum g. Suppose I ended before those reads ended: the
-    /// first write > g, on some shard k, began before the hit read k, so the hit read more on k
-    /// than the storer counted; its sum being g, it read less on another shard j, before a write
-    /// ≤ g on j began. The hit read j after its probe, so that write began after the probe, and
-    /// its D, which comes before I begins, too: then I began after the probe, which it did not.
-    /// So the hit's own interval, from the probe to its last read, meets I, where T's state is
-    /// S_g: the lookup linearizes there. A write that returned before the lookup started has its
-    /// B before the hit's reads, so the hit counts it, and so does the storer, since a write the
-    /// storer did not count began after I ended, after the hit's reads began (as just shown).
-    /// Counters are 64-bit and only grow, so a sum never comes back (2^64 writes).
+    /// **The invariant.** For an entry of T and each k of K(T), every write on k numbered up to
+    /// `seen_k` was seen by the C' that made the entry's result, or cannot match T. True when
+    /// the entry is stored (above); kept when a hit raises `seen_k`, since it read that the
+    /// writes in between cannot match (a record read between two reads of the same stamp is
+    /// the summary of the write with that number: `Shard::recall`). It holds whatever order
+    /// raises land in: each covers the writes from the `seen_k` it read.
+    ///
+    /// **Why a hit is never stale.** Let t be the hit's first read of a `begun`, after its
+    /// probe. A write that matches T and had taken effect by t had its B before t, before the
+    /// hit read its shard k: it is numbered at most n_k, so at most `seen_k` once the hit has
+    /// checked k, and by the invariant C' saw it. A write that C' saw had its D before the
+    /// storer's R2, so before the entry was published, before the probe, before t. A write
+    /// numbered above n_k began after the hit read k, at or after t, so it had not taken effect
+    /// at t. So the writes matching T that had taken effect at t are exactly the matching
+    /// writes C' saw, and T's result at t is the entry's: the hit linearizes at t, within the
+    /// lookup. A write that returned before the lookup started had its B before t, so the hit
+    /// counts it and, if it matches T, serves it. Counters are 64-bit and only grow (2^64
+    /// writes), so a stamp names one write.
     ///
     /// A lookup that misses returns what the inner matcher computed, linearized where the inner
     /// lookup is. Nothing on the hit path reads `ended`: a write in flight stops stores on its
     /// shards, not hits of entries that are still true.
-    fn write<R>(&self, shard: usize, f: impl FnOnce(&M) -> R) -> R {
+    fn write<R>(&self, shard: usize, summary: Summary, f: impl FnOnce(&M) -> R) -> R {
         match &self.cache {
-            Some(c) => c.shards().write(shard, || f(&self.inner)),
+            Some(c) => c.shards().write(shard, summary, || f(&self.inner)),
             None => f(&self.inner),
         }
     }
@@ -493,9 +526,23 @@ impl Cache {
         false
     }
 
-    /// Whether this lookup goes through the cache: always while on; one in [`SAMPLE`] while off.
-    fn admits(&self, stripe: &Stripe) -> bool {
-        self.mode.load(Relaxed) == ON || Stripe::bump(&stripe.ticks) % SAMPLE == 0
+    /// Whether the lookup of a topic hashed `h` goes through the cache: always while on; while
+    /// off, if the topic is in the slice of topics sampled now, one in [`SAMPLE`] by hash,
+    /// which moves on every [`SLICE_TURN`] lookups of the thread.
+    ///
+    /// Sampling topics rather than lookups keeps each sampled topic at its own rate of
+    /// lookups, the rate it would have with the cache on: an entry that writes beside it keep
+    /// revising (`shards.rs`) stays true only while it is read about as often as its shards
+    /// are written, so one lookup in 64 of every topic would find its entry lost each time
+    /// and keep the cache off under any writer. A workload of a few hot topics is still
+    /// found: the slice passes over each of them in turn.
+    fn admits(&self, stripe: &Stripe, h: u64) -> bool {
+        if self.mode.load(Relaxed) == ON {
+            return true;
+        }
+        let slice = Stripe::bump(&stripe.ticks) / SLICE_TURN % SAMPLE;
+        // Bits the set index (high) and the doorkeeper (low) do not lean on.
+        (h >> 24) as u32 % SAMPLE == slice
     }
 
     /// Counts a probing lookup in the window (`hit`, or a miss of a topic seen before:
@@ -540,7 +587,16 @@ impl Cache {
             return;
         }
         let percent = (hits + repeats).saturating_mul(100) / window;
-        let paid = hits >= STORE_COST.saturating_mul(stripe.window_stores.load(Relaxed));
+        // Just turned back on, the entries of topics outside the sampled slices are stale
+        // (nothing revised them while off: `shards.rs`), and refreshing them is charged;
+        // that is not writes killing entries, so for as many windows as it takes to look up
+        // every topic the table holds once, only the repeats rule judges.
+        let graced = mode == ON
+            && self
+                .grace
+                .fetch_update(Relaxed, Relaxed, |g| g.checked_sub(1))
+                .is_ok();
+        let paid = graced || hits >= STORE_COST.saturating_mul(stripe.window_stores.load(Relaxed));
         if mode == ON && !paid {
             // Entries die before they pay (writes, or more hot topics than the table holds):
             // no amount of patience helps.
@@ -559,6 +615,8 @@ impl Cache {
             self.thrashed.store(0, Relaxed);
         } else if percent >= ON_FROM_PERCENT && paid {
             self.reenabled.fetch_add(1, Relaxed);
+            let topics = u32::try_from(self.topics.load(Relaxed)).unwrap_or(u32::MAX);
+            self.grace.store(topics.div_ceil(WINDOW) + 1, Relaxed);
             self.mode.store(ON, Relaxed);
         }
         stripe.window_lookups.store(0, Relaxed);
@@ -572,7 +630,7 @@ impl Cache {
     /// topics that parsed are ever stored, so a text found here is valid. False, with nothing
     /// counted, otherwise: the caller parses the topic and goes through `lookup_into`, which
     /// probes again and counts the miss (or the bypass).
-    fn hit(&self, text: &str, out: &mut Vec<SubscriberId>) -> bool {
+    fn hit(&self, dialect: Dialect, text: &str, out: &mut Vec<SubscriberId>) -> bool {
         if self.mode.load(Relaxed) != ON {
             return false;
         }
@@ -586,7 +644,8 @@ impl Cache {
                 continue;
             };
             if e.hash == h && *e.topic == *key {
-                return self.serve(stripe, e, out);
+                let print = || dialect.parse_topic(text).ok().map(|t| TopicPrint::of(&t));
+                return self.serve(stripe, e, &mut LazyPrint::new(&print), out);
             }
         }
         false
@@ -598,10 +657,16 @@ impl Cache {
         &table.slots[set * WAYS..(set + 1) * WAYS]
     }
 
-    /// Serves `e`, the entry of the topic looked up, if no write has moved its shards since it
-    /// was stored (the hit's read, see `Cached::write`), and counts the hit.
-    fn serve(&self, stripe: &Stripe, e: &Entry, out: &mut Vec<SubscriberId>) -> bool {
-        if self.shards().begun(&e.shards) != e.tag {
+    /// Serves `e`, the entry of `topic`, if every write on its shards since it was last known
+    /// true cannot match the topic (the hit's reads, see `Cached::write`), and counts the hit.
+    fn serve(
+        &self,
+        stripe: &Stripe,
+        e: &Entry,
+        topic: &mut LazyPrint<'_>,
+        out: &mut Vec<SubscriberId>,
+    ) -> bool {
+        if !shards::still_true(self.shards(), &e.seen, &e.shards, topic) {
             return false;
         }
         out.extend_from_slice(&e.ids);
@@ -612,20 +677,20 @@ impl Cache {
 
     fn lookup_into<M: Matcher>(&self, inner: &M, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         let stripe = &self.stripes[stripe_index()];
-        if !self.admits(stripe) {
+        let key = topic.text().as_bytes();
+        let h = hash(key);
+        if !self.admits(stripe, h) {
             // One counter on this path: `misses` adds the bypassed in `cache_stats`.
             stripe.bypassed.fetch_add(1, Relaxed);
             // While off for too few repeats, the doorkeeper still sees every topic, so that
             // the sampled lookups find a workload's repeats from its second pass on, however
             // long its cycle. (Off by the store rule, repeats are not what is missing.)
             if self.thrashed.load(Relaxed) == 0 {
-                self.seen_before(&self.table().door, hash(topic.text().as_bytes()));
+                self.seen_before(&self.table().door, h);
             }
             inner.lookup_into(topic, out);
             return;
         }
-        let key = topic.text().as_bytes();
-        let h = hash(key);
         let table = self.table();
         let slots = self.set_of(table, h);
         let guard = &epoch::pin();
@@ -643,7 +708,8 @@ impl Cache {
                 continue;
             };
             if e.hash == h && *e.topic == *key {
-                if self.serve(stripe, e, out) {
+                let print = || Some(TopicPrint::of(topic));
+                if self.serve(stripe, e, &mut LazyPrint::new(&print), out) {
                     return;
                 }
                 same = Some((way, p));
@@ -654,7 +720,8 @@ impl Cache {
         stripe.misses.fetch_add(1, Relaxed);
         let topic_shards = shards::of_topic(topic);
         // R1, R2, C', R3 (see `Cached::write`).
-        let g = shards.begun(&topic_shards);
+        let seen = shards.begun_each(&topic_shards);
+        let g = seen.iter().fold(0, |a: u64, &n| a.wrapping_add(n));
         // A stale entry of the same topic shows it was seen before; otherwise the doorkeeper
         // answers (and marks it seen).
         let repeat = same.is_some() || (self.adaptive && self.seen_before(&table.door, h));
@@ -674,7 +741,7 @@ impl Cache {
                 .iter()
                 .enumerate()
                 .find_map(|(way, other)| match other {
-                    Some((p, e)) if e.tag != shards.begun(&e.shards) => Some((way, *p)),
+                    Some((p, e)) if !e.current(shards) => Some((way, *p)),
                     _ => None,
                 })
         };
@@ -697,7 +764,7 @@ impl Cache {
         };
         let entry = Entry {
             hash: h,
-            tag: g,
+            seen: seen.map(crate::sync::AtomicU64::new),
             shards: topic_shards,
             topic: key.into(),
             ids: out[start..].into(),
@@ -742,7 +809,7 @@ impl Cache {
             }
             Some(e) => {
                 self.bytes.fetch_sub(e.bytes(), Relaxed);
-                if evicting && e.tag == self.shards().begun(&e.shards) {
+                if evicting && e.current(self.shards()) {
                     stripe.evictions.fetch_add(1, Relaxed);
                 }
                 // SAFETY: the CAS unlinked `old` from its slot, the only place that held it,
@@ -791,7 +858,8 @@ impl<M: Matcher> Matcher for Cached<M> {
         if self.inner.contains(pattern.text(), id) {
             return false;
         }
-        self.write(shards::of_pattern(&pattern.keys()), |m| {
+        let keys = pattern.keys();
+        self.write(shards::of_pattern(&keys), Summary::of(&keys), |m| {
             m.subscribe(pattern, id)
         })
     }
@@ -805,7 +873,8 @@ impl<M: Matcher> Matcher for Cached<M> {
         if !self.inner.contains(pattern.text(), id) {
             return false;
         }
-        self.write(shards::of_pattern(&pattern.keys()), |m| {
+        let keys = pattern.keys();
+        self.write(shards::of_pattern(&keys), Summary::of(&keys), |m| {
             m.unsubscribe(pattern, id)
         })
     }
@@ -816,7 +885,9 @@ impl<M: Matcher> Matcher for Cached<M> {
             return Ok(false);
         }
         let keys = self.dialect().pattern_keys(pattern)?;
-        self.write(shards::of_pattern(&keys), |m| m.subscribe_str(pattern, id))
+        self.write(shards::of_pattern(&keys), Summary::of(&keys), |m| {
+            m.subscribe_str(pattern, id)
+        })
     }
 
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
@@ -824,7 +895,7 @@ impl<M: Matcher> Matcher for Cached<M> {
         if !self.inner.contains(pattern, id) {
             return Ok(false);
         }
-        self.write(shards::of_pattern(&keys), |m| {
+        self.write(shards::of_pattern(&keys), Summary::of(&keys), |m| {
             m.unsubscribe_str(pattern, id)
         })
     }
@@ -845,7 +916,7 @@ impl<M: Matcher> Matcher for Cached<M> {
 
     fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
         if let Some(c) = &self.cache {
-            if c.hit(topic, out) {
+            if c.hit(self.dialect(), topic, out) {
                 return Ok(());
             }
         }
@@ -859,7 +930,7 @@ impl<M: Matcher> Matcher for Cached<M> {
     fn has_interest_str(&self, topic: &str) -> Result<bool> {
         if let Some(c) = &self.cache {
             let mut out = Vec::new();
-            if c.hit(topic, &mut out) {
+            if c.hit(self.dialect(), topic, &mut out) {
                 return Ok(!out.is_empty());
             }
         }
@@ -872,7 +943,9 @@ impl<M: Matcher> Matcher for Cached<M> {
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
         // Any pattern may lose the id: every topic's results may change.
-        self.write(shards::EVERY_TOPIC, |m| m.remove_subscriber(id))
+        self.write(shards::EVERY_TOPIC, Summary::ANY, |m| {
+            m.remove_subscriber(id)
+        })
     }
 
     fn len(&self) -> usize {
@@ -956,6 +1029,36 @@ mod tests {
         assert!(m.unsubscribe_str("a.*", 1).unwrap());
         assert_eq!(m.lookup_str("a.b").unwrap(), [2]);
         assert_eq!(m.cache_stats().hits, 1);
+    }
+
+    #[test]
+    fn a_write_its_pattern_cannot_match_keeps_the_entry() {
+        let m = trie(64);
+        m.lookup_str("a.b").unwrap();
+        // On the topic's shards (`a.b...`, `a...`, any topic), none matching `a.b`.
+        for (i, p) in ["a.b.c", "a.c.#", "*.*.c", "a.b.*.#"]
+            .into_iter()
+            .enumerate()
+        {
+            assert!(m.subscribe_str(p, 10 + i as SubscriberId).unwrap());
+            assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2], "{p}");
+        }
+        let s = m.cache_stats();
+        assert_eq!((s.hits, s.misses), (4, 1));
+        // More such writes on one shard than it remembers since the last look: a miss.
+        for i in 0..=shards::LOG {
+            m.unsubscribe_str("a.b.c", 10).unwrap();
+            m.subscribe_str("a.b.c", 10).unwrap();
+            assert!(i < 2 || m.cache_stats().hits == 4);
+        }
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2]);
+        assert_eq!(m.cache_stats().misses, 2);
+        // Then it is stored again, and a write that matches is a miss.
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2]);
+        assert_eq!(m.cache_stats().hits, 5);
+        assert!(m.subscribe_str("*.b", 20).unwrap());
+        assert_eq!(sorted(m.lookup_str("a.b").unwrap()), [1, 2, 20]);
+        assert_eq!(m.cache_stats().misses, 3);
     }
 
     #[test]
