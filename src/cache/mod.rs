@@ -645,7 +645,7 @@ impl Cache {
             };
             if e.hash == h && *e.topic == *key {
                 let print = || dialect.parse_topic(text).ok().map(|t| TopicPrint::of(&t));
-                return self.serve(stripe, e, &mut LazyPrint::new(&print), out);
+                return self.serve(stripe, e, &print, out);
             }
         }
         false
@@ -663,10 +663,14 @@ impl Cache {
         &self,
         stripe: &Stripe,
         e: &Entry,
-        topic: &mut LazyPrint<'_>,
+        topic: &dyn Fn() -> Option<TopicPrint>,
         out: &mut Vec<SubscriberId>,
     ) -> bool {
-        if !shards::still_true(self.shards(), &e.seen, &e.shards, topic) {
+        // Most hits find no shard moved: the log, and the topic's print, only when one has.
+        let shards = self.shards();
+        if !e.current(shards)
+            && !shards::still_true(shards, &e.seen, &e.shards, &mut LazyPrint::new(topic))
+        {
             return false;
         }
         out.extend_from_slice(&e.ids);
@@ -709,7 +713,7 @@ impl Cache {
             };
             if e.hash == h && *e.topic == *key {
                 let print = || Some(TopicPrint::of(topic));
-                if self.serve(stripe, e, &mut LazyPrint::new(&print), out) {
+                if self.serve(stripe, e, &print, out) {
                     return;
                 }
                 same = Some((way, p));
