@@ -241,8 +241,8 @@ impl Summary {
     /// False only if a pattern of this summary cannot match the topic printed `t`: a literal
     /// word before any many-words wildcard is not the topic's word at its position (a print
     /// differs), the topic has fewer words than come before that wildcard, or, with no such
-    /// wildcard, the word counts differ. True is only "may": prints collide one time in 128, and nothing after
-    /// the first many-words wildcard, nor MQTT's `$` rule, is looked at.
+    /// wildcard, the word counts differ. True is only "may": prints collide one time in 128,
+    /// and nothing after the first many-words wildcard, nor MQTT's `$` rule, is looked at.
     pub(super) fn may_match(self, t: &TopicPrint) -> bool {
         let s = self.0;
         let words = (s >> 48) & 0xff;
@@ -317,7 +317,7 @@ impl Shards {
     pub(super) fn begun_each(&self, shards: &TopicShards) -> [u64; MASKS] {
         let mut each = [0; MASKS];
         for (n, i) in each.iter_mut().zip(shards.iter()) {
-            *n = self.table[i].begun.load(SeqCst);
+            *n = self.begun_of(i);
         }
         each
     }
@@ -331,7 +331,7 @@ impl Shards {
     pub(super) fn begun(&self, shards: &TopicShards) -> u64 {
         shards
             .iter()
-            .map(|i| self.table[i].begun.load(SeqCst))
+            .map(|i| self.begun_of(i))
             .fold(0, u64::wrapping_add)
     }
 
