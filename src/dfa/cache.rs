@@ -13,6 +13,11 @@
 //!   a word none of its nodes names, which the default edge answers. A key is filed by
 //!   writing its word into an empty slot, then its hash with a release store; readers read a
 //!   slot's word only after loading its hash (the loom models check it with loom's cell).
+//! - Whoever publishes or replaces derived data or an answer (the reader that won the CAS,
+//!   or the writer) then stores the state's copies of where its table and answer are; the
+//!   writer clears them before it drops derived data, and replaces them before it retires
+//!   what they pointed at, so a copy loaded under a guard points at memory the epoch keeps.
+//!   A copy a write made stale is caught as the rest: the write stamped the state first.
 //! - Readers on the hot path only load.
 //!
 //! Memory: a [`Generation`] owns its states, a state its derived data, derived data its
@@ -41,20 +46,114 @@ pub(crate) fn word_hash(word: &str) -> u64 {
     WordsHasher.hash_one(word).max(1)
 }
 
-fn set_hash(dollar: bool, set: &[NodeId]) -> u64 {
-    WordsHasher.hash_one((dollar, set))
+/// A state's key in the intern table: the hash of its set, its lowest bit the `dollar` flag.
+fn state_key(dollar: bool, set: &[NodeId]) -> u64 {
+    WordsHasher.hash_one(set) & !1 | u64::from(dollar)
 }
 
 /// One state of the DFA: a set of NFA nodes.
+///
+/// A warm lookup reads, per word, the state's line and one slot of its edge table, and at
+/// the last word the state's answer: the state keeps copies of where its derived data's
+/// table and answer are ([`State::table`], [`State::answer`]), so the derived data itself
+/// is read only on the cold path, for a table too wide for the copy, and by the writer. On
+/// a one-line state (64 bytes, aligned to a line) those are two dependent loads a word,
+/// against four when the derived data was read first (2026-11-27).
+#[repr(align(64))]
 pub(crate) struct State {
-    hash: u64,
-    /// The start state of an MQTT `$` topic: its first word takes no wildcard.
-    pub(crate) dollar: bool,
+    /// [`state_key`]: the set's hash, and in its lowest bit whether this is the start state
+    /// of an MQTT `$` topic, whose first word takes no wildcard (one word with the hash, to
+    /// keep the state in 64 bytes).
+    key: u64,
     pub(crate) set: Box<[NodeId]>,
+    /// The owner of the edges, closure and answer; null until built, and after a write
+    /// dropped them.
     pub(crate) derived: Atomic<Derived>,
+    /// The state a word that no node names leads to; null until computed. Cleared with the
+    /// derived data (only a new wildcard child changes it).
+    pub(crate) default: Atomic<State>,
+    /// A copy of `derived`'s edge table: its address with the log2 of its slots in the top
+    /// [`TABLE_SHIFT`] bits, or 0 (no derived data, or a table the copy cannot hold).
+    table: AtomicU64,
+    /// A copy of `derived`'s answer pointer, or null as `table`. Owns nothing.
+    answer: Atomic<Accept>,
     /// The write count when the state last changed: a write's (odd) count, stored before
     /// the write changes it, or the (even) count its derived data was built at.
     pub(crate) stamp: AtomicU64,
+}
+
+// One line: the hot path reads one line of each state it passes.
+#[cfg(all(not(loom), target_pointer_width = "64"))]
+const _: () = assert!(size_of::<State>() == 64);
+
+/// Where the log2 of a table's slots sits in [`State::table`]: addresses below 2^58 (every
+/// 64-bit platform's user space today) leave the top six bits free; a table above it is not
+/// copied, and its lookups read the derived data.
+const TABLE_SHIFT: u32 = 58;
+
+/// What a state's copy of its edge table says about a word.
+pub(crate) enum Probe<'g> {
+    /// A node of the state names the word: its edge.
+    Edge(&'g Edge),
+    /// No node names it: the default edge answers.
+    Absent,
+    /// No copy: ask the derived data.
+    Unknown,
+}
+
+impl State {
+    /// Whether this is the start state of an MQTT `$` topic.
+    pub(crate) fn dollar(&self) -> bool {
+        self.key & 1 == 1
+    }
+
+    /// The edge of `word` through the copy of the table.
+    #[inline]
+    pub(crate) fn probe<'g>(&'g self, word: &str, hash: u64) -> Probe<'g> {
+        let t = self.table.load(Acquire);
+        if t == 0 {
+            return Probe::Unknown;
+        }
+        let mask = (1usize << (t >> TABLE_SHIFT)) - 1;
+        let edges = (t & ((1 << TABLE_SHIFT) - 1)) as usize as *const Edge;
+        // SAFETY: a nonzero copy is the address and size of the table of derived data this
+        // state owned when the copy was loaded (stored together in one word, release after
+        // the table was filled); derived data is retired to the epoch only after its copy was
+        // replaced, and the caller's guard keeps it from being freed while it reads.
+        let edges = unsafe { std::slice::from_raw_parts(edges, mask + 1) };
+        match find_edge(edges, word, hash) {
+            Some(e) => Probe::Edge(e),
+            None => Probe::Absent,
+        }
+    }
+
+    /// The answer through the copy; `None` if there is none.
+    #[inline]
+    pub(crate) fn answer<'g>(&self, guard: &'g Guard) -> Option<&'g [SubscriberId]> {
+        // SAFETY: as in `probe`: an answer is retired after its copy was replaced.
+        unsafe { self.answer.load(Acquire, guard).as_ref() }.map(ids)
+    }
+
+    /// Copies where `d`'s table and answer are. Called by whoever just published `d` (or,
+    /// for the answer, swapped it): the one reader that won the CAS under the NFA's read
+    /// lock, or the writer.
+    fn copy_from(&self, d: &Derived, guard: &Guard) {
+        self.answer.store(d.accept.load(Acquire, guard), Release);
+        let slots = d.edges.len();
+        let at = d.edges.as_ptr() as usize as u64;
+        let t = if at >> TABLE_SHIFT == 0 {
+            at | u64::from(slots.trailing_zeros()) << TABLE_SHIFT
+        } else {
+            0
+        };
+        self.table.store(t, Release);
+    }
+
+    /// Drops the copies, before the derived data they point into is retired.
+    fn clear_copies(&self) {
+        self.table.store(0, Release);
+        self.answer.store(Shared::null(), Release);
+    }
 }
 
 impl Drop for State {
@@ -72,16 +171,15 @@ impl Drop for State {
 
 /// What a state answers, built from its nodes under the NFA's read lock.
 ///
-/// A warm lookup reads, per word, a state, its derived data, one slot of `edges` (the edge
-/// itself: word and target inline) and the next state: four dependent loads. (The edges
-/// were boxed one by one behind a table of their own, six loads a word, until 2026-11-27.)
+/// A warm lookup reads it only through its state's copies (see [`State`]): per word, the
+/// state and one slot of `edges` (the edge itself: word and target inline). (The edges were
+/// boxed one by one behind a table of their own, six loads a word, until 2026-11-27, and
+/// the derived data was read on the way, four, until the copies.)
 pub(crate) struct Derived {
     /// The nodes the state stands for now: its set's closure in the current NFA, which holds
     /// more than the set when a write added a many-words child under one of its nodes.
     pub(crate) closure: Box<[NodeId]>,
     pub(crate) accept: Atomic<Accept>,
-    /// The state a word that no node names leads to; null until computed.
-    pub(crate) default: Atomic<State>,
     /// Keys filed in `edges`; only the builder or the writer reads or changes it.
     filed: AtomicUsize,
     /// The state's edges: open addressing on the word's hash, linear probing, at most half
@@ -90,14 +188,33 @@ pub(crate) struct Derived {
     edges: Box<[Edge]>,
 }
 
-/// The subscribers of a state's nodes, each once.
-pub(crate) struct Accept(pub(crate) Box<[SubscriberId]>);
+/// The subscribers of a state's nodes, each once: one allocation, its length beside them
+/// (crossbeam's array of `MaybeUninit`), so that reading it is one load more than its
+/// pointer. Made by [`accept`], read by [`ids`].
+pub(crate) type Accept = [MaybeUninit<SubscriberId>];
+
+/// An answer holding `from`.
+fn accept(from: &[SubscriberId]) -> Owned<Accept> {
+    let mut a = Owned::<Accept>::init(from.len());
+    for (slot, &id) in a.iter_mut().zip(from) {
+        slot.write(id);
+    }
+    a
+}
+
+/// The subscribers of an answer.
+pub(crate) fn ids(a: &Accept) -> &[SubscriberId] {
+    // SAFETY: every element was written by `accept` before the answer could be shared, and
+    // `MaybeUninit<u32>` has the layout of `u32`.
+    unsafe { &*(a as *const Accept as *const [SubscriberId]) }
+}
 
 impl Drop for Derived {
     fn drop(&mut self) {
         // SAFETY: derived data is dropped when it was retired to the epoch and every reader
         // pinned at the time has unpinned, or with its state (see `State::drop`); either way
-        // no thread holds its answer. `default` and the edges' targets are not owned.
+        // no thread holds its answer (its state's copy was replaced first). The edges'
+        // targets are not owned.
         unsafe {
             let a = self.accept.load(Relaxed, epoch::unprotected());
             if !a.is_null() {
@@ -108,19 +225,18 @@ impl Drop for Derived {
 }
 
 impl Derived {
-    /// Derived data with `slots` empty edge slots and no default.
-    fn empty(closure: Box<[NodeId]>, accept: Accept, slots: usize) -> Derived {
+    /// Derived data with `slots` empty edge slots.
+    fn empty(closure: Box<[NodeId]>, accept: Owned<Accept>, slots: usize) -> Derived {
         Derived {
             closure,
-            accept: Atomic::new(accept),
-            default: Atomic::null(),
+            accept: Atomic::from(accept),
             filed: AtomicUsize::new(0),
             edges: (0..slots).map(|_| Edge::empty()).collect(),
         }
     }
 
     /// Derived data with `words` filed, no targets, and room for them at most half full.
-    fn new(closure: Box<[NodeId]>, accept: Accept, words: &[Arc<str>]) -> Derived {
+    fn new(closure: Box<[NodeId]>, accept: Owned<Accept>, words: &[Arc<str>]) -> Derived {
         let d = Derived::empty(closure, accept, slots_for(words.len()));
         for w in words {
             d.file(w, word_hash(w));
@@ -130,16 +246,7 @@ impl Derived {
 
     /// The edge of `word`, if a node of the state names it.
     pub(crate) fn edge(&self, word: &str, hash: u64) -> Option<&Edge> {
-        let mask = self.edges.len() - 1;
-        let mut i = hash as usize & mask;
-        loop {
-            let e = &self.edges[i];
-            match e.hash.load(Acquire) {
-                0 => return None,
-                h if h == hash && e.word() == word => return Some(e),
-                _ => i = (i + 1) & mask,
-            }
-        }
+        find_edge(&self.edges, word, hash)
     }
 
     /// Files `word`, which the table does not hold, in an empty slot; there must be room.
@@ -171,10 +278,47 @@ impl Derived {
     /// Bytes of derived data with `slots` edge slots, words' heap bytes aside.
     fn bytes(closure: usize, accept: usize, slots: usize) -> usize {
         size_of::<Derived>()
-            + size_of::<Accept>()
+            + size_of::<usize>()
             + (closure + accept) * size_of::<u32>()
             + slots * size_of::<Edge>()
     }
+}
+
+/// The edge of `word` in a table of slots (a power of two, at most half full).
+#[inline]
+fn find_edge<'e>(edges: &'e [Edge], word: &str, hash: u64) -> Option<&'e Edge> {
+    let mask = edges.len() - 1;
+    let mut i = hash as usize & mask;
+    loop {
+        let e = &edges[i];
+        match e.hash.load(Acquire) {
+            0 => return None,
+            h if h == hash && same_word(e.word(), word) => return Some(e),
+            _ => i = (i + 1) & mask,
+        }
+    }
+}
+
+/// `a == b`, compared eight bytes at a time in line: words are short, and a call to the C
+/// library's `memcmp` for each took 7 % of a warm lookup's profile.
+#[inline]
+fn same_word(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        if u64::from_ne_bytes(x.try_into().expect("8 bytes"))
+            != u64::from_ne_bytes(y.try_into().expect("8 bytes"))
+        {
+            return false;
+        }
+    }
+    ca.remainder()
+        .iter()
+        .zip(cb.remainder())
+        .all(|(x, y)| x == y)
 }
 
 /// Slots for `words` keys at most half full.
@@ -360,18 +504,18 @@ impl Generation {
         budget: usize,
         guard: &'g Guard,
     ) -> Result<Shared<'g, State>, Full> {
-        let hash = set_hash(dollar, &set);
+        let key = state_key(dollar, &set);
         let mut mine: Option<Owned<State>> = None;
         loop {
             let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
             let mask = slots.len() - 1;
-            let mut i = hash as usize & mask;
+            let mut i = key as usize & mask;
             loop {
                 let cur = slots[i].load(Acquire, guard);
                 // SAFETY: states are freed only with their generation, which the caller
                 // reached under `guard`.
                 if let Some(s) = unsafe { cur.as_ref() } {
-                    if s.hash == hash && s.dollar == dollar && *s.set == *set {
+                    if s.key == key && *s.set == *set {
                         return Ok(cur);
                     }
                     i = (i + 1) & mask;
@@ -387,10 +531,12 @@ impl Generation {
                         let n = size_of::<State>() + set.len() * size_of::<NodeId>();
                         self.charge(n, budget)?;
                         Owned::new(State {
-                            hash,
-                            dollar,
+                            key,
                             set: set.clone().into_boxed_slice(),
                             derived: Atomic::null(),
+                            default: Atomic::null(),
+                            table: AtomicU64::new(0),
+                            answer: Atomic::null(),
                             stamp: AtomicU64::new(0),
                         })
                     }
@@ -423,7 +569,7 @@ impl Generation {
             let st = slot.load(Relaxed, guard);
             // SAFETY: as in `intern`; the write side keeps every other interner out.
             if let Some(s) = unsafe { st.as_ref() } {
-                let mut i = s.hash as usize & mask;
+                let mut i = s.key as usize & mask;
                 while !grown[i].load(Relaxed, guard).is_null() {
                     i = (i + 1) & mask;
                 }
@@ -456,7 +602,7 @@ impl Generation {
         state.stamp.store(built.stamp, Relaxed);
         let d = Owned::new(Derived::new(
             built.closure.into_boxed_slice(),
-            Accept(built.accept.into_boxed_slice()),
+            accept(&built.accept),
             &built.words,
         ));
         let d = match state
@@ -472,6 +618,7 @@ impl Generation {
         };
         // SAFETY: just published under `guard`; see above for why it stays.
         let d = unsafe { d.deref() };
+        state.copy_from(d, guard);
         let ptr = StatePtr(state as *const State);
         for &node in d.closure.iter() {
             let shard = &self.holders[shard_of(node)];
@@ -521,6 +668,32 @@ impl Generation {
     }
 }
 
+#[cfg(all(test, not(loom)))]
+impl Generation {
+    /// Panics unless every state's copies are those of its derived data (or empty, with none).
+    pub(crate) fn assert_copies_current(&self, guard: &Guard) {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        for slot in slots.iter() {
+            // SAFETY: states live as long as their generation, which the caller reached
+            // under `guard`.
+            let Some(s) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
+                continue;
+            };
+            let (t, a) = (s.table.load(Acquire), s.answer.load(Acquire, guard));
+            // SAFETY: as the state.
+            match unsafe { s.derived.load(Acquire, guard).as_ref() } {
+                None => assert!(t == 0 && a.is_null(), "copies of dropped derived data"),
+                Some(d) => {
+                    assert!(a == d.accept.load(Acquire, guard), "a stale answer copy");
+                    let at = t & ((1 << TABLE_SHIFT) - 1);
+                    assert_eq!(at, d.edges.as_ptr() as usize as u64, "a stale table copy");
+                    assert_eq!(1 << (t >> TABLE_SHIFT), d.edges.len(), "a stale table size");
+                }
+            }
+        }
+    }
+}
+
 impl StatePtr {
     /// The state.
     ///
@@ -538,8 +711,11 @@ impl StatePtr {
 pub(crate) mod writer {
     use super::*;
 
-    /// Drops a state's derived data: its next lookup rebuilds it from the NFA.
+    /// Drops a state's derived data and default edge: its next lookup rebuilds them from the
+    /// NFA.
     pub(crate) fn invalidate(state: &State, guard: &Guard) {
+        state.clear_copies();
+        state.default.store(Shared::null(), Release);
         let old = state.derived.swap(Shared::null(), AcqRel, guard);
         if !old.is_null() {
             // SAFETY: unlinked just now; readers that loaded it are pinned, and the epoch
@@ -550,7 +726,7 @@ pub(crate) mod writer {
 
     /// The word's edge moves: its target is cleared, or the key is added when new. A table
     /// with no room is replaced, with the rest of `state`'s derived data `d`, by a copy twice
-    /// as wide (targets, answer and default kept). Returns the bytes added.
+    /// as wide (targets and answer kept). Returns the bytes added.
     pub(crate) fn reset_word(state: &State, d: &Derived, word: &Arc<str>, guard: &Guard) -> usize {
         let hash = word_hash(word);
         if let Some(e) = d.edge(word, hash) {
@@ -567,10 +743,9 @@ pub(crate) mod writer {
         let accept = unsafe { d.accept.load(Acquire, guard).deref() };
         let wide = Derived::empty(
             d.closure.clone(),
-            Accept(accept.0.clone()),
+            super::accept(ids(accept)),
             d.edges.len() * 2,
         );
-        wide.default.store(d.default.load(Acquire, guard), Relaxed);
         for e in d.edges.iter() {
             let hash = e.hash.load(Relaxed);
             if hash != 0 {
@@ -579,21 +754,24 @@ pub(crate) mod writer {
             }
         }
         wide.file(word, hash);
-        let bytes = Derived::bytes(d.closure.len(), accept.0.len(), wide.edges.len())
+        let bytes = Derived::bytes(d.closure.len(), accept.len(), wide.edges.len())
             + Edge::word_bytes(word);
         // The release publishes the copy whole; the caller stamped the state before.
         let old = state.derived.swap(Owned::new(wide), AcqRel, guard);
-        // SAFETY: unlinked just now; freed after the readers pinned now unpin.
+        // SAFETY: just published; only this writer replaces it.
+        state.copy_from(unsafe { state.derived.load(Acquire, guard).deref() }, guard);
+        // SAFETY: unlinked just now, and the state's copies point at the copy; freed after
+        // the readers pinned now unpin.
         unsafe { guard.defer_destroy(old) };
         bytes
     }
 
-    /// Swaps a state's answer for `ids`.
-    pub(crate) fn set_accept(d: &Derived, ids: Vec<SubscriberId>, guard: &Guard) {
-        let old = d
-            .accept
-            .swap(Owned::new(Accept(ids.into_boxed_slice())), AcqRel, guard);
-        // SAFETY: unlinked just now; freed after the readers pinned now unpin.
+    /// Swaps the answer of `state`, whose derived data is `d`, for `ids`.
+    pub(crate) fn set_accept(state: &State, d: &Derived, ids: &[SubscriberId], guard: &Guard) {
+        let old = d.accept.swap(super::accept(ids), AcqRel, guard);
+        state.copy_from(d, guard);
+        // SAFETY: unlinked just now, and the state's copy points at the new answer; freed
+        // after the readers pinned now unpin.
         unsafe { guard.defer_destroy(old) };
     }
 
