@@ -27,6 +27,7 @@
 #[cfg(feature = "arrow")]
 pub mod arrow;
 pub mod bitmap;
+mod bytes;
 pub mod cache;
 pub mod cstrie;
 pub mod dfa;

@@ -294,14 +294,11 @@ fn hash(bytes: &[u8]) -> u64 {
     let mut h = bytes.len() as u64;
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
-        let w = u64::from_le_bytes(c.try_into().expect("eight bytes"));
-        h = (h.rotate_left(5) ^ w).wrapping_mul(K);
+        h = (h.rotate_left(5) ^ crate::bytes::word_at(c)).wrapping_mul(K);
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut buf = [0u8; 8];
-        buf[..rest.len()].copy_from_slice(rest);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(buf)).wrapping_mul(K);
+        h = (h.rotate_left(5) ^ crate::bytes::tail_word(bytes, rest)).wrapping_mul(K);
     }
     (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9)
 }
@@ -643,7 +640,7 @@ impl Cache {
             let Some(e) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
                 continue;
             };
-            if e.hash == h && *e.topic == *key {
+            if e.hash == h && crate::bytes::same(&e.topic, key) {
                 let print = || dialect.parse_topic(text).ok().map(|t| TopicPrint::of(&t));
                 return self.serve(stripe, e, &print, out);
             }
@@ -711,7 +708,7 @@ impl Cache {
                 free.get_or_insert((way, p));
                 continue;
             };
-            if e.hash == h && *e.topic == *key {
+            if e.hash == h && crate::bytes::same(&e.topic, key) {
                 let print = || Some(TopicPrint::of(topic));
                 if self.serve(stripe, e, &print, out) {
                     return;
