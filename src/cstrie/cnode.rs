@@ -192,7 +192,7 @@ impl CNode {
     /// the seed.
     pub(crate) fn word(&self, w: &str, hash: &mut Option<u64>) -> Option<&Branch> {
         if let Some(solo) = &self.solo {
-            return (solo.word.as_str() == w).then_some(&solo.branch);
+            return crate::bytes::same(solo.word.as_bytes(), w.as_bytes()).then_some(&solo.branch);
         }
         if self.words.is_empty() {
             return None;
