@@ -91,6 +91,25 @@ const _: () = assert!(size_of::<State>() == 64);
 /// copied, and its lookups read the derived data.
 const TABLE_SHIFT: u32 = 58;
 
+/// `edges` as a [`State::table`] word: its address, and the log2 of its length (a power of
+/// two) in the top bits; 0 for an address the word cannot hold.
+fn pack_table(edges: &[Edge]) -> u64 {
+    let at = edges.as_ptr() as usize as u64;
+    if at >> TABLE_SHIFT == 0 {
+        at | u64::from(edges.len().trailing_zeros()) << TABLE_SHIFT
+    } else {
+        0
+    }
+}
+
+/// A [`State::table`] word's address and number of slots; `None` for 0.
+fn unpack_table(t: u64) -> Option<(*const Edge, usize)> {
+    (t != 0).then(|| {
+        let at = (t & ((1 << TABLE_SHIFT) - 1)) as usize as *const Edge;
+        (at, 1 << (t >> TABLE_SHIFT))
+    })
+}
+
 /// What a state's copy of its edge table says about a word.
 pub(crate) enum Probe<'g> {
     /// A node of the state names the word: its edge.
@@ -110,17 +129,14 @@ impl State {
     /// The edge of `word` through the copy of the table.
     #[inline]
     pub(crate) fn probe<'g>(&'g self, word: &str, hash: u64) -> Probe<'g> {
-        let t = self.table.load(Acquire);
-        if t == 0 {
+        let Some((edges, slots)) = unpack_table(self.table.load(Acquire)) else {
             return Probe::Unknown;
-        }
-        let mask = (1usize << (t >> TABLE_SHIFT)) - 1;
-        let edges = (t & ((1 << TABLE_SHIFT) - 1)) as usize as *const Edge;
+        };
         // SAFETY: a nonzero copy is the address and size of the table of derived data this
         // state owned when the copy was loaded (stored together in one word, release after
         // the table was filled); derived data is retired to the epoch only after its copy was
         // replaced, and the caller's guard keeps it from being freed while it reads.
-        let edges = unsafe { std::slice::from_raw_parts(edges, mask + 1) };
+        let edges = unsafe { std::slice::from_raw_parts(edges, slots) };
         match find_edge(edges, word, hash) {
             Some(e) => Probe::Edge(e),
             None => Probe::Absent,
@@ -134,19 +150,16 @@ impl State {
         unsafe { self.answer.load(Acquire, guard).as_ref() }.map(ids)
     }
 
-    /// Copies where `d`'s table and answer are. Called by whoever just published `d` (or,
-    /// for the answer, swapped it): the one reader that won the CAS under the NFA's read
-    /// lock, or the writer.
+    /// Copies where `d`'s table and answer are. Called by whoever just published `d`: the
+    /// one reader that won the CAS under the NFA's read lock, or the writer.
     fn copy_from(&self, d: &Derived, guard: &Guard) {
+        self.copy_answer(d, guard);
+        self.table.store(pack_table(&d.edges), Release);
+    }
+
+    /// Copies where `d`'s answer is, after the writer swapped it (the table stays).
+    fn copy_answer(&self, d: &Derived, guard: &Guard) {
         self.answer.store(d.accept.load(Acquire, guard), Release);
-        let slots = d.edges.len();
-        let at = d.edges.as_ptr() as usize as u64;
-        let t = if at >> TABLE_SHIFT == 0 {
-            at | u64::from(slots.trailing_zeros()) << TABLE_SHIFT
-        } else {
-            0
-        };
-        self.table.store(t, Release);
     }
 
     /// Drops the copies, before the derived data they point into is retired.
@@ -665,9 +678,9 @@ impl Generation {
                 None => assert!(t == 0 && a.is_null(), "copies of dropped derived data"),
                 Some(d) => {
                     assert!(a == d.accept.load(Acquire, guard), "a stale answer copy");
-                    let at = t & ((1 << TABLE_SHIFT) - 1);
-                    assert_eq!(at, d.edges.as_ptr() as usize as u64, "a stale table copy");
-                    assert_eq!(1 << (t >> TABLE_SHIFT), d.edges.len(), "a stale table size");
+                    let (at, slots) = unpack_table(t).expect("a table copy beside derived data");
+                    assert_eq!(at, d.edges.as_ptr(), "a stale table copy");
+                    assert_eq!(slots, d.edges.len(), "a stale table size");
                 }
             }
         }
@@ -736,10 +749,11 @@ pub(crate) mod writer {
         wide.file(word, hash);
         let bytes = Derived::bytes(d.closure.len(), accept.len(), wide.edges.len())
             + Edge::word_bytes(word);
+        let wide = Owned::new(wide).into_shared(guard);
         // The release publishes the copy whole; the caller stamped the state before.
-        let old = state.derived.swap(Owned::new(wide), AcqRel, guard);
-        // SAFETY: just published; only this writer replaces it.
-        state.copy_from(unsafe { state.derived.load(Acquire, guard).deref() }, guard);
+        let old = state.derived.swap(wide, AcqRel, guard);
+        // SAFETY: just published under `guard`; only this writer retires it.
+        state.copy_from(unsafe { wide.deref() }, guard);
         // SAFETY: unlinked just now, and the state's copies point at the copy; freed after
         // the readers pinned now unpin.
         unsafe { guard.defer_destroy(old) };
@@ -749,7 +763,7 @@ pub(crate) mod writer {
     /// Swaps the answer of `state`, whose derived data is `d`, for `ids`.
     pub(crate) fn set_accept(state: &State, d: &Derived, ids: &[SubscriberId], guard: &Guard) {
         let old = d.accept.swap(super::accept(ids), AcqRel, guard);
-        state.copy_from(d, guard);
+        state.copy_answer(d, guard);
         // SAFETY: unlinked just now, and the state's copy points at the new answer; freed
         // after the readers pinned now unpin.
         unsafe { guard.defer_destroy(old) };
