@@ -12,15 +12,18 @@
 //!   both readers, for each matcher. Every thread is spawned once per matcher; a round starts
 //!   and ends at a barrier, and the writer writes only while a round of the second group runs.
 //! - a table of ratios measured in one run (printed after the criterion groups;
-//!   `RATIOS_ONLY=1` prints it alone): for each matcher, alternating windows of [`WINDOW`]
-//!   read-only and beside the writer, [`ROUNDS`] times; the median ratio with its range, the
-//!   writer's rate, and the readers' rate beside the writer over the `Trie` readers' in the
+//!   `RATIOS_ONLY=1` prints it alone, `ONLY=CSTrie,LazyDfa` keeps those matchers and the
+//!   `Trie`): for each matcher, alternating windows read-only, beside the writer and beside a
+//!   spinning thread, each [`WINDOW`] long, [`ROUNDS`] times; the median ratio with its range,
+//!   the writer's rate, and the readers' rate beside the writer over the `Trie` readers' in the
 //!   same round.
 //!
 //! Two cores run three threads here: a writer that never blocks takes a third of the machine,
-//! so readers beside it keep at most about 2/3 of their read-only rate. `WRITER_PACE=N` paces
-//! the writer at N writes per second instead (in bursts each millisecond), which separates
-//! what a write does to the readers from the processor time the writer takes.
+//! so readers beside it keep at most about 2/3 of their read-only rate. The spinning thread
+//! measures that limit in the same run (it takes its share of the processors and touches no line
+//! the readers read); the last column, kept beside the writer over kept beside the spinner, is
+//! what the writes themselves cost the readers. `WRITER_PACE=N` paces the writer at N writes per
+//! second instead (in bursts each millisecond).
 //!
 //! ```sh
 //! cargo bench --bench readers_writer -- --quick
@@ -110,6 +113,17 @@ fn load() -> Load {
     }
 }
 
+/// What the third thread does during a window.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Third {
+    /// Sleeps: the readers have the machine.
+    Idle,
+    /// Subscribes and unsubscribes the filters.
+    Writes,
+    /// Spins on registers: takes its share of the processors and nothing else.
+    Spins,
+}
+
 /// A counter on a cache line of its own.
 #[repr(align(128))]
 #[derive(Default)]
@@ -123,6 +137,9 @@ struct Counter(AtomicU64);
 struct Crew {
     reading: Arc<AtomicBool>,
     writing: Arc<AtomicBool>,
+    /// The writer thread spins without touching the matcher or any shared line (the ratio
+    /// table's third window: what the readers keep beside a thread that only takes a core).
+    spinning: Arc<AtomicBool>,
     quit: Arc<AtomicBool>,
     /// Lookups per reader in the next criterion round (0: free-running).
     quota: Arc<AtomicUsize>,
@@ -138,6 +155,7 @@ impl Crew {
         let mut crew = Crew {
             reading: Arc::default(),
             writing: Arc::default(),
+            spinning: Arc::default(),
             quit: Arc::default(),
             quota: Arc::default(),
             start: Arc::new(Barrier::new(READERS + 1)),
@@ -197,8 +215,9 @@ impl Crew {
         }
         let m = Arc::clone(m);
         let filters = load.filters.clone();
-        let (writing, quit, writes) = (
+        let (writing, spinning, quit, writes) = (
             Arc::clone(&crew.writing),
+            Arc::clone(&crew.spinning),
             Arc::clone(&crew.quit),
             Arc::clone(&crew.writes),
         );
@@ -208,6 +227,17 @@ impl Crew {
             // With a pace: the writes due by now, counted from when writing began.
             let mut began: Option<(Instant, u64)> = None;
             while !quit.load(Relaxed) {
+                if spinning.load(Relaxed) {
+                    // Work on registers only: the flag is the one shared line it reads.
+                    let mut x = 1u64;
+                    while spinning.load(Relaxed) {
+                        for _ in 0..1024 {
+                            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                        }
+                    }
+                    black_box(x);
+                    continue;
+                }
                 if !writing.load(Relaxed) {
                     began = None;
                     std::thread::sleep(Duration::from_micros(200));
@@ -233,8 +263,14 @@ impl Crew {
 
     /// Starts the writer (when asked) and lets it wake from its idle sleep.
     fn set_writer(&self, on: bool) {
-        self.writing.store(on, Relaxed);
-        if on {
+        self.set_third(if on { Third::Writes } else { Third::Idle });
+    }
+
+    /// Sets what the third thread does, and lets it wake from its idle sleep.
+    fn set_third(&self, third: Third) {
+        self.writing.store(third == Third::Writes, Relaxed);
+        self.spinning.store(third == Third::Spins, Relaxed);
+        if third != Third::Idle {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -253,11 +289,11 @@ impl Crew {
     }
 
     /// One free-running window: (lookups/s over both readers, writes/s).
-    fn window(&self, with_writer: bool, length: Duration) -> (f64, f64) {
+    fn window(&self, third: Third, length: Duration) -> (f64, f64) {
         let total = || self.lookups.iter().map(|c| c.0.load(Relaxed)).sum::<u64>();
         self.quota.store(0, Relaxed);
         let (l0, w0) = (total(), self.writes.0.load(Relaxed));
-        self.set_writer(with_writer);
+        self.set_third(third);
         self.reading.store(true, Relaxed);
         let t = Instant::now();
         self.start.wait();
@@ -312,25 +348,52 @@ fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
 }
 
 /// The ratio table. Every matcher's crew lives for the whole table, and each round runs every
-/// matcher's two windows, so the figures of one round share the machine's state.
+/// matcher's three windows (alone, beside the writer, beside a spinning thread), so the figures
+/// of one round share the machine's state.
+///
+/// The spinning thread is the limit the writer's column is read against: it takes the share of
+/// the processors a writer that never blocks takes, and touches nothing the readers read. What
+/// the readers keep beside it is what the scheduler leaves them; what they keep beside the
+/// writer, over that, is what the writes themselves cost them.
 fn ratio_table(load: &Load) {
     let (window, rounds) = if benching() {
         (WINDOW, ROUNDS)
     } else {
         (Duration::from_millis(20), 1)
     };
+    // `ONLY=CSTrie` (a comma-separated list) keeps those matchers and the `Trie`, for profiling.
+    let only = std::env::var("ONLY").ok();
     let crews: Vec<(&str, Crew)> = MATCHERS
         .iter()
+        .filter(|(name, _)| {
+            only.as_deref().map_or(true, |o| {
+                *name == "Trie" || o.split(',').any(|x| x == *name)
+            })
+        })
         .map(|&(name, make)| (name, Crew::new(&filled(make, load), load)))
         .collect();
     let n = crews.len();
-    let (mut alone, mut beside, mut writer) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
+    let (mut alone, mut beside, mut spun, mut writer) = (
+        vec![vec![]; n],
+        vec![vec![]; n],
+        vec![vec![]; n],
+        vec![vec![]; n],
+    );
     for _ in 0..rounds {
         for (k, (_, crew)) in crews.iter().enumerate() {
-            alone[k].push(crew.window(false, window).0);
-            let (r, w) = crew.window(true, window);
+            if std::env::var_os("WONLY").is_none() {
+                alone[k].push(crew.window(Third::Idle, window).0);
+            } else {
+                alone[k].push(1.0);
+            }
+            let (r, w) = crew.window(Third::Writes, window);
             beside[k].push(r);
             writer[k].push(w);
+            if std::env::var_os("WONLY").is_none() {
+                spun[k].push(crew.window(Third::Spins, window).0);
+            } else {
+                spun[k].push(1.0);
+            }
         }
     }
     let trie = crews.iter().position(|c| c.0 == "Trie").unwrap();
@@ -342,20 +405,20 @@ fn ratio_table(load: &Load) {
     );
     println!(
         "| matcher | read-only lookups/s | beside the writer | kept | over the Trie's readers \
-         | writer ops/s |"
+         | writer ops/s | kept beside a spinning thread | kept / spinning's |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
+    let per_round = |f: &dyn Fn(usize) -> f64| spread((0..rounds).map(f).collect());
     for (k, (name, _)) in crews.iter().enumerate() {
-        let kept = (0..rounds).map(|i| beside[k][i] / alone[k][i]).collect();
-        let over = (0..rounds)
-            .map(|i| beside[k][i] / beside[trie][i])
-            .collect();
+        let (kk, kl, kh) = per_round(&|i| beside[k][i] / alone[k][i]);
+        let (o, ol, oh) = per_round(&|i| beside[k][i] / beside[trie][i]);
+        let (sk, sl, sh) = per_round(&|i| spun[k][i] / alone[k][i]);
+        let (q, ql, qh) = per_round(&|i| beside[k][i] / spun[k][i]);
         let ((a, _, _), (b, _, _)) = (spread(alone[k].clone()), spread(beside[k].clone()));
-        let ((kk, kl, kh), (o, ol, oh)) = (spread(kept), spread(over));
         let (w, _, _) = spread(writer[k].clone());
         println!(
             "| {name} | {:.2}M | {:.2}M | {kk:.2} [{kl:.2}-{kh:.2}] | {o:.2} [{ol:.2}-{oh:.2}] \
-             | {:.0}k |",
+             | {:.0}k | {sk:.2} [{sl:.2}-{sh:.2}] | {q:.2} [{ql:.2}-{qh:.2}] |",
             a / 1e6,
             b / 1e6,
             w / 1e3

@@ -23,6 +23,7 @@ use crossbeam_epoch::{Guard, Owned, Shared};
 
 use super::cnode::WordMoves;
 use super::inode::{INode, MainNode, FAILED};
+use super::reclaim::retire;
 use super::CSTrie;
 
 impl CSTrie {
@@ -117,7 +118,7 @@ impl CSTrie {
                     Ok(_) => {
                         // SAFETY: `m` is unlinked from its only slot by this CAS, which only
                         // one thread wins; readers still holding it are pinned.
-                        unsafe { guard.defer_destroy(m) };
+                        unsafe { retire(m, guard) };
                         return restored;
                     }
                     Err(e) => {
@@ -136,7 +137,7 @@ impl CSTrie {
                 {
                     // SAFETY: the committed `m` replaced `prev` for good (only the commit
                     // unlinks it, and one thread wins this CAS); readers are pinned.
-                    unsafe { guard.defer_destroy(prev) };
+                    unsafe { retire(prev, guard) };
                     return m;
                 }
             } else {

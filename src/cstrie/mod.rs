@@ -40,8 +40,9 @@
 //! snapshots.
 //!
 //! Reclamation is crossbeam-epoch: every operation pins, main nodes and root nodes are retired
-//! with `defer_destroy` by the one thread that unlinks them, and I-nodes are shared by `Arc`
-//! between generations and snapshots (see `inode.rs`). Inside a C-node, an unshared word map
+//! by the one thread that unlinks them, and I-nodes are shared by `Arc` between generations and
+//! snapshots (see `inode.rs`). The main nodes a write retires are freed by the writing thread
+//! once the epoch releases them, not by whichever reader collects them (`reclaim.rs`). Inside a C-node, an unshared word map
 //! is updated by moving slots from the old map's path to the new one rather than counting them
 //! (`hamt.rs`, "Moving instead of counting"): a write into a level of 1,000,000 words then
 //! touches the nodes on its path, not their children.
@@ -55,6 +56,7 @@ mod gcas;
 mod hamt;
 pub(crate) use hamt::WordsHasher;
 mod inode;
+mod reclaim;
 mod snapshot;
 mod validate;
 
@@ -72,17 +74,14 @@ use self::cnode::{Branch, CNode, Key, WordMoves};
 pub use self::hamt::pool::{stats as node_memory, NodeMemory};
 use self::hamt::PSet;
 use self::inode::{Gen, INode, Main, MainNode};
+pub use self::reclaim::free_retired;
+use self::reclaim::Writing;
 use self::snapshot::RootNode;
 pub use self::validate::Quiescence;
 use crate::dialect::{Dialect, Pattern, Topic};
 use crate::error::Result;
 use crate::matcher::{dedup_from, Matcher, SubscriberId};
 use crate::sync::AtomicUsize;
-
-/// Writes by one thread between two flushes of its retired nodes (see
-/// [`CSTrie::pin_for_write`]).
-#[cfg(not(loom))]
-const FLUSH_EVERY: u32 = 16;
 
 /// Validated lookups tried before a lookup falls back to a snapshot.
 pub const LOOKUP_ATTEMPTS: usize = 4;
@@ -159,38 +158,18 @@ impl CSTrie {
         epoch::pin()
     }
 
-    /// [`pin`](Self::pin) for a write, which hands this thread's retired nodes on to be freed
-    /// every [`FLUSH_EVERY`] writes.
-    ///
-    /// Why: crossbeam-epoch keeps up to 64 retired objects per thread and tries to free
-    /// garbage only every 128 pins, so a replaced main node is freed some hundreds of writes
-    /// after it was retired. Its word-map path (one node per level of the hash trie, up to 32
-    /// slots each) has gone cold by then, and so has the memory the next writes get back from
-    /// the allocator: in a level of 1,000,000 words a subscribe spent about a fifth of its time
-    /// in those misses. Flushing sooner frees the path while it is still cached, at the cost
-    /// of one push to the collector's shared queue per [`FLUSH_EVERY`] writes.
+    /// [`pin`](Self::pin) for a write: the [`Writing`] it returns keeps the main nodes the
+    /// write retires for this thread to free, and flushes them every few writes (`reclaim.rs`).
     #[cfg(not(loom))]
-    fn pin_for_write(&self) -> Guard {
-        std::thread_local! {
-            static WRITES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-        }
-        let guard = self.pin();
-        let due = WRITES.with(|w| {
-            let n = w.get().wrapping_add(1);
-            w.set(n);
-            n % FLUSH_EVERY == 0
-        });
-        if due {
-            guard.flush();
-        }
-        guard
+    fn pin_for_write(&self) -> Writing {
+        Writing::start(self.pin())
     }
 
     /// Under loom a write pins as anything else does: the models count on the collector's own
     /// schedule and on [`collect_garbage`](Self::collect_garbage).
     #[cfg(loom)]
-    fn pin_for_write(&self) -> Guard {
-        self.pin()
+    fn pin_for_write(&self) -> Writing {
+        Writing::start(self.pin())
     }
 
     /// Under loom each trie family carries a collector made inside the model
