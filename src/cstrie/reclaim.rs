@@ -24,7 +24,9 @@
 //! end covers the state word; the rest is a deferred function as crossbeam runs any other.
 //!
 //! Memory: a thread's last batches wait for its next flush or its exit, at most what its last
-//! few dozen writes retired (`tests/cstrie_garbage.rs`). Outside a write (a lookup
+//! few dozen writes retired (`tests/cstrie_garbage.rs`). A child process forked while other
+//! threads wrote keeps their batches and never frees them (those threads do not exist in the
+//! child): a bounded leak, of their last few dozen writes each. Outside a write (a lookup
 //! that helps a writer's GCAS finish), and under loom, nodes are retired with `defer_destroy`
 //! as before.
 #![allow(unsafe_code)]
