@@ -381,19 +381,11 @@ fn ratio_table(load: &Load) {
     );
     for _ in 0..rounds {
         for (k, (_, crew)) in crews.iter().enumerate() {
-            if std::env::var_os("WONLY").is_none() {
-                alone[k].push(crew.window(Third::Idle, window).0);
-            } else {
-                alone[k].push(1.0);
-            }
+            alone[k].push(crew.window(Third::Idle, window).0);
             let (r, w) = crew.window(Third::Writes, window);
             beside[k].push(r);
             writer[k].push(w);
-            if std::env::var_os("WONLY").is_none() {
-                spun[k].push(crew.window(Third::Spins, window).0);
-            } else {
-                spun[k].push(1.0);
-            }
+            spun[k].push(crew.window(Third::Spins, window).0);
         }
     }
     let trie = crews.iter().position(|c| c.0 == "Trie").unwrap();
