@@ -18,7 +18,8 @@
 //!   `FailedNode`; the tagged pointer means "FailedNode(prev)".
 //!
 //! Memory: a main node is owned by exactly one I-node slot (copies for another generation are
-//! new allocations), so whoever unlinks it retires it with `Guard::defer_destroy`. I-nodes are
+//! new allocations), so whoever unlinks it retires it (`reclaim::retire`: freed by the writing
+//! thread once the epoch allows, or with `Guard::defer_destroy` outside a write). I-nodes are
 //! shared between generations and snapshots, so branches hold them by `Arc`; an I-node dies
 //! with the last main node that names it, which is itself freed only after every reader that
 //! could see it has unpinned.

@@ -27,8 +27,10 @@
 //! few dozen writes retired (`tests/cstrie_garbage.rs`). A child process forked while other
 //! threads wrote keeps their batches and never frees them (those threads do not exist in the
 //! child): a bounded leak, of their last few dozen writes each. Outside a write (a lookup
-//! that helps a writer's GCAS finish), and under loom, nodes are retired with `defer_destroy`
-//! as before.
+//! that helps a writer's GCAS finish), where the thread-local is gone (thread exit) or busy (a
+//! write inside a function a flush runs), and under loom, nodes are retired with
+//! `defer_destroy` as before. A writing thread also keeps up to [`SPARE`] emptied batches for
+//! reuse, a few kilobytes, until it exits.
 #![allow(unsafe_code)]
 
 #[cfg(not(loom))]
@@ -71,7 +73,7 @@ fn orphan(state: &AtomicU8) -> bool {
     state.swap(ORPHANED, AcqRel) == READY
 }
 
-/// The main nodes retired by one thread's write, or by one run of nested writes.
+/// The main nodes one thread's writes retired between two seals.
 #[cfg(not(loom))]
 struct Batch {
     state: AtomicU8,
@@ -118,7 +120,7 @@ impl Sealed {
 #[cfg(not(loom))]
 #[derive(Default)]
 struct Limbo {
-    /// The batch of the writes in progress.
+    /// What this thread's writes retired since the last seal.
     open: Vec<Owned<MainNode>>,
     /// Sealed batches, oldest first.
     sealed: std::collections::VecDeque<*mut Batch>,
@@ -179,8 +181,8 @@ impl Limbo {
 #[cfg(not(loom))]
 impl Drop for Limbo {
     fn drop(&mut self) {
-        // The thread is exiting, with no write in progress: what its last writes retired is
-        // handed to the epoch as any retired node, and each sealed batch is freed here if
+        // The thread is exiting: what its last writes retired is handed to the epoch as any
+        // retired node, and each sealed batch is freed here if
         // ready, or left to its deferred function. (Pinning here registers afresh if the
         // thread's epoch handle is already gone.)
         if !self.open.is_empty() {
@@ -264,21 +266,25 @@ impl Drop for Writing {
         });
         if writes % FLUSH_EVERY == 0 {
             // At thread exit `LIMBO` may be gone: then nothing was kept in it (`retire`).
+            // A write inside a function the flush runs finds `LIMBO` borrowed: it retires with
+            // `defer_destroy` (`retire`) and leaves the sealing to a later flush.
             let _ = LIMBO.try_with(|l| {
-                let mut l = l.borrow_mut();
-                l.seal(&self.guard);
-                self.guard.flush();
-                l.free_ready();
+                if let Ok(mut l) = l.try_borrow_mut() {
+                    l.seal(&self.guard);
+                    self.guard.flush();
+                    l.free_ready();
+                }
             });
         }
     }
 }
 
-/// Frees the main nodes this thread's writes retired that no reader can see any more, and
-/// hands the rest to the epoch. Writes do this every few, and the thread's exit does; call it on a thread that has
-/// stopped writing for long where the memory its last writes retired matters (the tests that
-/// count the heap do). It frees only what the epoch has released: `crossbeam_epoch::pin()`
-/// and `flush()` first move the epoch on.
+/// Seals what this thread's writes retired since its last flush and frees its batches that
+/// no reader can see any more, as every [`FLUSH_EVERY`]th write does. What it seals is freed
+/// by a later call (or write) once the epoch has moved on past every thread pinned now, this
+/// call's own pin included: call it again after other pins and flushes, as the tests that count
+/// the heap do in a loop. For a thread that has stopped writing for long where the memory its
+/// last writes retired matters; a thread's exit hands it all to the epoch anyway.
 pub fn free_retired() {
     #[cfg(not(loom))]
     let _ = LIMBO.try_with(|l| {
@@ -304,11 +310,16 @@ pub(super) unsafe fn retire(
     {
         let kept = DEPTH.with(Cell::get) > 0
             && LIMBO
-                .try_with(|l| {
-                    // SAFETY: the caller's contract: `m` is unlinked and retired once, here.
-                    l.borrow_mut().open.push(unsafe { m.into_owned() });
+                .try_with(|l| match l.try_borrow_mut() {
+                    Ok(mut l) => {
+                        // SAFETY: the caller's contract: `m` is unlinked and retired once, here.
+                        l.open.push(unsafe { m.into_owned() });
+                        true
+                    }
+                    // Borrowed by a flush whose deferred function wrote: retired below.
+                    Err(_) => false,
                 })
-                .is_ok();
+                .unwrap_or(false);
         if kept {
             return;
         }
@@ -370,6 +381,12 @@ mod loom_tests {
                     drop(unsafe { Box::from_raw(b) });
                 }
             });
+            // The owner's own last look at the batch before it gives it up: the deferred
+            // function's free must come after it (`orphan` releases, `mark_ready` acquires).
+            // SAFETY: as above, for the owner.
+            unsafe { &*batch }
+                .nodes
+                .with(|n| assert_eq!(unsafe { *n }, 1));
             // SAFETY: as above, for the owner.
             if is_ready(&unsafe { &*batch }.state) || orphan(&unsafe { &*batch }.state) {
                 // SAFETY: the state word gave the batch to the owner.
