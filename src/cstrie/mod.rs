@@ -42,10 +42,10 @@
 //! Reclamation is crossbeam-epoch: every operation pins, main nodes and root nodes are retired
 //! by the one thread that unlinks them, and I-nodes are shared by `Arc` between generations and
 //! snapshots (see `inode.rs`). The main nodes a write retires are freed by the writing thread
-//! once the epoch releases them, not by whichever reader collects them (`reclaim.rs`). Inside a C-node, an unshared word map
-//! is updated by moving slots from the old map's path to the new one rather than counting them
-//! (`hamt.rs`, "Moving instead of counting"): a write into a level of 1,000,000 words then
-//! touches the nodes on its path, not their children.
+//! once the epoch releases them, not by whichever reader collects them (`reclaim.rs`). Inside
+//! a C-node, an unshared word map is updated by moving slots from the old map's path to the
+//! new one rather than counting them (`hamt.rs`, "Moving instead of counting"): a write into a
+//! level of 1,000,000 words then touches the nodes on its path, not their children.
 //!
 //! Not linearizable as a whole: `remove_subscriber` (a snapshot, then one unsubscribe per
 //! pattern found) and `len` while writes are in flight (a counter updated after each write).
@@ -160,14 +160,8 @@ impl CSTrie {
 
     /// [`pin`](Self::pin) for a write: the [`Writing`] it returns keeps the main nodes the
     /// write retires for this thread to free, and flushes them every few writes (`reclaim.rs`).
-    #[cfg(not(loom))]
-    fn pin_for_write(&self) -> Writing {
-        Writing::start(self.pin())
-    }
-
-    /// Under loom a write pins as anything else does: the models count on the collector's own
-    /// schedule and on [`collect_garbage`](Self::collect_garbage).
-    #[cfg(loom)]
+    /// Under loom it is the guard alone: the models count on the collector's own schedule and
+    /// on [`collect_garbage`](Self::collect_garbage).
     fn pin_for_write(&self) -> Writing {
         Writing::start(self.pin())
     }

@@ -35,43 +35,50 @@
 
 #[cfg(not(loom))]
 use std::cell::Cell;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
 
 #[cfg(not(loom))]
 use crossbeam_epoch::Owned;
 
 use super::inode::MainNode;
+#[cfg(any(not(loom), test))]
 use crate::sync::AtomicU8;
 
-/// Waiting for every reader that could see its nodes to unpin.
-#[cfg_attr(all(loom, not(test)), allow(dead_code))] // only the model uses it there
-const SEALED: u8 = 0;
-/// No reader can see its nodes; its owner frees it.
-#[cfg_attr(all(loom, not(test)), allow(dead_code))] // only the model uses it there
-const READY: u8 = 1;
-/// Its owner has exited; the deferred function frees it.
-#[cfg_attr(all(loom, not(test)), allow(dead_code))] // only the model uses it there
-const ORPHANED: u8 = 2;
+/// The state word of a batch, and the three steps on it (module docs).
+mod state {
+    // Under loom only the model uses them.
+    #![cfg_attr(all(loom, not(test)), allow(dead_code))]
 
-/// The deferred function's step on a batch's state: `true` if it must free the batch (its
-/// owner has gone). Its swap is its last touch of the batch.
-#[cfg_attr(all(loom, not(test)), allow(dead_code))] // only the model uses it there
-fn mark_ready(state: &AtomicU8) -> bool {
-    state.swap(READY, AcqRel) == ORPHANED
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+
+    use crate::sync::AtomicU8;
+
+    /// Waiting for every reader that could see its nodes to unpin.
+    pub(super) const SEALED: u8 = 0;
+    /// No reader can see its nodes; its owner frees it.
+    pub(super) const READY: u8 = 1;
+    /// Its owner has exited; the deferred function frees it.
+    pub(super) const ORPHANED: u8 = 2;
+
+    /// The deferred function's step on a batch's state: `true` if it must free the batch
+    /// (its owner has gone). Its swap is its last touch of the batch.
+    pub(super) fn mark_ready(state: &AtomicU8) -> bool {
+        state.swap(READY, AcqRel) == ORPHANED
+    }
+
+    /// The owner's poll: `true` if the batch is ready, and the owner's to free.
+    pub(super) fn is_ready(state: &AtomicU8) -> bool {
+        state.load(Acquire) == READY
+    }
+
+    /// The owner's exit: `true` if it must free the batch (the deferred function has run).
+    /// After this the owner never touches the batch again.
+    pub(super) fn orphan(state: &AtomicU8) -> bool {
+        state.swap(ORPHANED, AcqRel) == READY
+    }
 }
 
-/// The owner's poll: `true` if the batch is ready, and the owner's to free.
-#[cfg_attr(all(loom, not(test)), allow(dead_code))] // only the model uses it there
-fn is_ready(state: &AtomicU8) -> bool {
-    state.load(Acquire) == READY
-}
-
-/// The owner's exit: `true` if it must free the batch (the deferred function has run). After
-/// this the owner never touches the batch again.
-#[cfg_attr(all(loom, not(test)), allow(dead_code))] // only the model uses it there
-fn orphan(state: &AtomicU8) -> bool {
-    state.swap(ORPHANED, AcqRel) == READY
-}
+#[cfg(any(not(loom), test))]
+use self::state::*;
 
 /// The main nodes one thread's writes retired between two seals.
 #[cfg(not(loom))]
@@ -154,6 +161,14 @@ impl Limbo {
         guard.defer(move || unsafe { sealed.ready() });
     }
 
+    /// The step of every [`FLUSH_EVERY`]th write: seals the open batch, hands it to the
+    /// collector (which may run earlier batches' functions), and frees the ready batches.
+    fn flush(&mut self, guard: &crossbeam_epoch::Guard) {
+        self.seal(guard);
+        guard.flush();
+        self.free_ready();
+    }
+
     /// Frees the oldest batches while they are ready.
     fn free_ready(&mut self) {
         while let Some(&b) = self.sealed.front() {
@@ -182,9 +197,8 @@ impl Limbo {
 impl Drop for Limbo {
     fn drop(&mut self) {
         // The thread is exiting: what its last writes retired is handed to the epoch as any
-        // retired node, and each sealed batch is freed here if
-        // ready, or left to its deferred function. (Pinning here registers afresh if the
-        // thread's epoch handle is already gone.)
+        // retired node, and each sealed batch is freed here if ready, or left to its deferred
+        // function. (Pinning here registers afresh if the thread's epoch handle is gone.)
         if !self.open.is_empty() {
             let guard = crossbeam_epoch::pin();
             for m in self.open.drain(..) {
@@ -270,9 +284,7 @@ impl Drop for Writing {
             // `defer_destroy` (`retire`) and leaves the sealing to a later flush.
             let _ = LIMBO.try_with(|l| {
                 if let Ok(mut l) = l.try_borrow_mut() {
-                    l.seal(&self.guard);
-                    self.guard.flush();
-                    l.free_ready();
+                    l.flush(&self.guard);
                 }
             });
         }
@@ -289,10 +301,7 @@ pub fn free_retired() {
     #[cfg(not(loom))]
     let _ = LIMBO.try_with(|l| {
         if let Ok(mut l) = l.try_borrow_mut() {
-            let guard = crossbeam_epoch::pin();
-            l.seal(&guard);
-            guard.flush();
-            l.free_ready();
+            l.flush(&crossbeam_epoch::pin());
         }
     });
 }

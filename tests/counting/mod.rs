@@ -46,11 +46,11 @@ pub fn live() -> isize {
 
 /// Pins and flushes until crossbeam-epoch has freed the garbage retired so far: each flush
 /// tries to advance the epoch and frees what is two epochs old (and the `CSTrie` main nodes
-/// this thread's writes retired, which this thread frees: `cstrie::free_retired`). Then it waits, a few
-/// milliseconds at a time, until a round frees nothing more: garbage that threads just joined
-/// left behind can stay out of reach of the first flushes (seen as up to 390 KB of a CSTrie
-/// soak's garbage, freed after one 5 ms pause), which made a reading land above or below the
-/// level the heap settles at.
+/// this thread's writes retired, which this thread frees: `cstrie::free_retired`). Then it
+/// waits, a few milliseconds at a time, until a round frees nothing more: garbage that threads
+/// just joined left behind can stay out of reach of the first flushes (seen as up to 390 KB of
+/// a CSTrie soak's garbage, freed after one 5 ms pause), which made a reading land above or
+/// below the level the heap settles at.
 pub fn collect_garbage() {
     let flush = || {
         for _ in 0..2048 {
