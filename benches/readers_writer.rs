@@ -31,7 +31,7 @@
 //! ```
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,7 @@ fn load() -> Load {
 
 /// What the third thread does during a window.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 enum Third {
     /// Sleeps: the readers have the machine.
     Idle,
@@ -122,6 +123,16 @@ enum Third {
     Writes,
     /// Spins on registers: takes its share of the processors and nothing else.
     Spins,
+}
+
+impl Third {
+    fn load(cell: &AtomicU8) -> Third {
+        match cell.load(Relaxed) {
+            0 => Third::Idle,
+            1 => Third::Writes,
+            _ => Third::Spins,
+        }
+    }
 }
 
 /// A counter on a cache line of its own.
@@ -132,14 +143,14 @@ struct Counter(AtomicU64);
 /// Two long-lived readers and a writer over one matcher.
 ///
 /// Free-running mode (the ratio table): readers look up while `reading` is set and count their
-/// lookups; the writer writes while `writing` is set. Round mode (criterion): each reader does
+/// lookups; the third thread writes (or spins) while `third` says so. Round mode (criterion): each reader does
 /// `quota` lookups between two barrier waits.
 struct Crew {
     reading: Arc<AtomicBool>,
-    writing: Arc<AtomicBool>,
-    /// The writer thread spins without touching the matcher or any shared line (the ratio
-    /// table's third window: what the readers keep beside a thread that only takes a core).
-    spinning: Arc<AtomicBool>,
+    /// What the third thread does now (a [`Third`]). Spinning, it touches neither the matcher
+    /// nor any shared line but this one (the ratio table's third window: what the readers keep
+    /// beside a thread that only takes a core).
+    third: Arc<AtomicU8>,
     quit: Arc<AtomicBool>,
     /// Lookups per reader in the next criterion round (0: free-running).
     quota: Arc<AtomicUsize>,
@@ -154,8 +165,7 @@ impl Crew {
     fn new(m: &Arc<dyn Matcher>, load: &Load) -> Crew {
         let mut crew = Crew {
             reading: Arc::default(),
-            writing: Arc::default(),
-            spinning: Arc::default(),
+            third: Arc::default(),
             quit: Arc::default(),
             quota: Arc::default(),
             start: Arc::new(Barrier::new(READERS + 1)),
@@ -215,9 +225,8 @@ impl Crew {
         }
         let m = Arc::clone(m);
         let filters = load.filters.clone();
-        let (writing, spinning, quit, writes) = (
-            Arc::clone(&crew.writing),
-            Arc::clone(&crew.spinning),
+        let (third, quit, writes) = (
+            Arc::clone(&crew.third),
             Arc::clone(&crew.quit),
             Arc::clone(&crew.writes),
         );
@@ -227,10 +236,11 @@ impl Crew {
             // With a pace: the writes due by now, counted from when writing began.
             let mut began: Option<(Instant, u64)> = None;
             while !quit.load(Relaxed) {
-                if spinning.load(Relaxed) {
+                let now = Third::load(&third);
+                if now == Third::Spins {
                     // Work on registers only: the flag is the one shared line it reads.
                     let mut x = 1u64;
-                    while spinning.load(Relaxed) {
+                    while Third::load(&third) == Third::Spins {
                         for _ in 0..1024 {
                             x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
                         }
@@ -238,7 +248,7 @@ impl Crew {
                     black_box(x);
                     continue;
                 }
-                if !writing.load(Relaxed) {
+                if now == Third::Idle {
                     began = None;
                     std::thread::sleep(Duration::from_micros(200));
                     continue;
@@ -268,8 +278,7 @@ impl Crew {
 
     /// Sets what the third thread does, and lets it wake from its idle sleep.
     fn set_third(&self, third: Third) {
-        self.writing.store(third == Third::Writes, Relaxed);
-        self.spinning.store(third == Third::Spins, Relaxed);
+        self.third.store(third as u8, Relaxed);
         if third != Third::Idle {
             std::thread::sleep(Duration::from_millis(1));
         }
