@@ -319,7 +319,7 @@ impl Registry {
         &self,
         py: Python<'py>,
         topics: &[&str],
-        results: &[Vec<SubscriberId>],
+        results: &[&[SubscriberId]],
     ) -> PyResult<Vec<Bound<'py, PyList>>> {
         let releases = self.releases.load(Acquire);
         let objects = self
@@ -395,7 +395,7 @@ impl Registry {
         flat: &Bound<'py, PyList>,
         ends: &mut Vec<usize>,
         topics: &[&str],
-        results: &[Vec<SubscriberId>],
+        results: &[&[SubscriberId]],
     ) -> PyResult<()> {
         let py = flat.py();
         let releases = self.releases.load(Acquire);

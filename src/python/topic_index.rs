@@ -59,14 +59,35 @@ pub(crate) const CHUNK: usize = gil::HELD_ITEMS;
 pub(crate) const PAUSE_FROM: usize = 4096;
 
 std::thread_local! {
-    /// The ids of the topic a batch looks up now (`run_many`); only the core runs while it is
+    /// The ids of the topic a batch counts now (`count_many`); only the core runs while it is
     /// borrowed, never Python code that could start another batch on this thread.
     static SCRATCH: std::cell::RefCell<Vec<SubscriberId>> =
         const { std::cell::RefCell::new(Vec::new()) };
+
+    /// The short answers of the slice a batch looks up now, end to end (`run_answers`): the
+    /// core appends each topic's ids, and the slice's conversion reads them in place, so a
+    /// batch allocates no vector per short answer. Borrowed only while the core runs; the
+    /// conversion takes the buffer out (a finalizer it runs may start a batch of its own on
+    /// this thread).
+    static FLAT: std::cell::RefCell<Vec<SubscriberId>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The most ids `SCRATCH` keeps room for between topics (256 KiB).
+/// The most ids `SCRATCH` and `FLAT` keep room for between batches (256 KiB).
 const SCRATCH_KEEP: usize = 1 << 16;
+
+/// Answers of more ids than this leave `FLAT` for a vector of their own: there one allocation
+/// costs little beside the ids, and a slice of 4,096 answers of hundreds of subscribers
+/// would make the buffer megabytes long, written and read again from past the processor's
+/// caches (an `InvertedBitmap`'s `lookup_flat` on the OpenAMQ workload took about 1.5x as
+/// long with every answer in the buffer).
+const FLAT_MAX_IDS: usize = 64;
+
+/// One topic's answer in a batch: a span of `FLAT`, or ids of its own.
+enum Found {
+    Flat(usize, usize),
+    Own(Vec<SubscriberId>),
+}
 
 /// Up to this many pairs in the matcher, `remove_subscriber` is a short write (tens of
 /// microseconds even for a core that scans its patterns) and takes the rule of `subscribe`.
@@ -335,12 +356,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         list
     }
 
-    /// Runs a batch of lookups: `each` gets the ids of every topic, off the GIL when the rule
-    /// says it pays; `sink` gets each slice's results, with the GIL and the slice's topics.
+    /// Runs a batch of lookups: `look` looks up every topic, off the GIL when the rule says
+    /// it pays; `sink` gets each slice's results, with the GIL and the slice's topics.
     fn run_many<T: Send>(
         &self,
         topics: &Bound<'_, PyAny>,
-        each: impl Fn(&[SubscriberId]) -> T + Sync,
+        look: impl Fn(&str) -> crate::Result<T> + Sync,
         mut sink: impl FnMut(&[&str], Vec<T>) -> PyResult<()>,
     ) -> PyResult<()> {
         let items: Vec<Bound<'_, PyAny>> = topics.try_iter()?.collect::<PyResult<_>>()?;
@@ -349,18 +370,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             .map(|item| utf8(item, Kind::Topic))
             .collect::<PyResult<_>>()?;
         let step = |i: usize| -> PyResult<T> {
-            // One buffer for the batch's lookups, on whichever thread runs them: a fresh
-            // vector per topic grew by doubling, seven reallocations for an answer of 190.
-            SCRATCH.with_borrow_mut(|ids| {
-                ids.clear();
-                let found = self.core.lookup_str_into(texts[i], ids);
-                let result = each(ids);
-                if ids.capacity() > SCRATCH_KEEP {
-                    *ids = Vec::new(); // a thread keeps no large buffer past its batch
-                }
-                found.map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))?;
-                Ok(result)
-            })
+            look(texts[i]).map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))
         };
         let mut done = 0;
         gil::run_batch(
@@ -376,6 +386,60 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         )
     }
 
+    /// Runs a batch of lookups whose answers are converted: each topic's ids go on the end of
+    /// this thread's `FLAT` buffer, and `sink` gets each slice's topics and answers, read in
+    /// place, with the GIL.
+    fn run_answers(
+        &self,
+        topics: &Bound<'_, PyAny>,
+        mut sink: impl FnMut(&[&str], &[&[SubscriberId]]) -> PyResult<()>,
+    ) -> PyResult<()> {
+        // What a batch that failed left behind. (A batch started by a finalizer during a
+        // conversion finds the buffer empty: the conversion has taken it.)
+        FLAT.with_borrow_mut(Vec::clear);
+        let look = |text: &str| {
+            FLAT.with_borrow_mut(|flat| {
+                let start = flat.len();
+                if let Err(e) = self.core.lookup_str_into(text, flat) {
+                    flat.truncate(start);
+                    return Err(e);
+                }
+                if flat.len() - start <= FLAT_MAX_IDS {
+                    return Ok(Found::Flat(start, flat.len()));
+                }
+                let own = flat[start..].to_vec();
+                flat.truncate(start);
+                Ok(Found::Own(own))
+            })
+        };
+        let done = self.run_many(topics, look, |slice, found| {
+            let mut flat = FLAT.with_borrow_mut(std::mem::take);
+            let answers: Vec<&[SubscriberId]> = found
+                .iter()
+                .map(|f| match f {
+                    Found::Flat(a, b) => &flat[*a..*b],
+                    Found::Own(ids) => ids,
+                })
+                .collect();
+            let converted = sink(slice, &answers);
+            drop(answers);
+            flat.clear();
+            // The next slice reuses it: the buffer grows once a batch.
+            FLAT.with_borrow_mut(|f| {
+                if f.capacity() < flat.capacity() {
+                    *f = flat;
+                }
+            });
+            converted
+        });
+        FLAT.with_borrow_mut(|f| {
+            if f.capacity() > SCRATCH_KEEP {
+                *f = Vec::new(); // a thread keeps no large buffer past its batch
+            }
+        });
+        done
+    }
+
     pub(crate) fn lookup_many<'py>(
         &self,
         topics: &Bound<'py, PyAny>,
@@ -383,10 +447,10 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let py = topics.py();
         let mut lists = Vec::new();
         let mut large = false;
-        self.run_many(topics, <[SubscriberId]>::to_vec, |slice, results| {
-            large |= results.iter().map(Vec::len).sum::<usize>() >= PAUSE_FROM;
+        self.run_answers(topics, |slice, answers| {
+            large |= answers.iter().map(|ids| ids.len()).sum::<usize>() >= PAUSE_FROM;
             let _paused = large.then(|| CollectorPaused::new(py));
-            lists.extend(self.registry.answers(py, slice, &results)?);
+            lists.extend(self.registry.answers(py, slice, answers)?);
             Ok(())
         })?;
         let _paused = large.then(|| CollectorPaused::new(py));
@@ -404,8 +468,8 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let py = topics.py();
         let flat = PyList::empty(py);
         let mut ends = vec![0];
-        self.run_many(topics, <[SubscriberId]>::to_vec, |slice, results| {
-            self.registry.extend_flat(&flat, &mut ends, slice, &results)
+        self.run_answers(topics, |slice, answers| {
+            self.registry.extend_flat(&flat, &mut ends, slice, answers)
         })?;
         let ends = PyList::new(py, ends)?;
         PyTuple::new(py, [flat.into_any(), ends.into_any()])
@@ -475,7 +539,19 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         topics: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let mut counts = Vec::new();
-        self.run_many(topics, <[SubscriberId]>::len, |_, n| {
+        let look = |text: &str| {
+            // One buffer for the batch's lookups, on whichever thread runs them: a fresh
+            // vector per topic grew by doubling, seven reallocations for an answer of 190.
+            SCRATCH.with_borrow_mut(|ids| {
+                ids.clear();
+                let found = self.core.lookup_str_into(text, ids).map(|()| ids.len());
+                if ids.capacity() > SCRATCH_KEEP {
+                    *ids = Vec::new(); // a thread keeps no large buffer past its batch
+                }
+                found
+            })
+        };
+        self.run_many(topics, look, |_, n| {
             counts.extend(n);
             Ok(())
         })?;

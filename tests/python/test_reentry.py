@@ -4,6 +4,8 @@ waiting forever for a lock its own thread holds."""
 
 from __future__ import annotations
 
+import gc
+import itertools
 import threading
 
 import pytest
@@ -84,3 +86,55 @@ def test_a_finalizer_may_call_the_matcher_when_its_snapshot_goes():
 
     _finishes(body)
     assert m.subscriptions() == [("audit.#", "logger-1")]
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("call", ["lookup_many", "lookup_flat"])
+def test_a_collection_may_start_a_batch_while_a_batch_makes_its_lists(cls, call):
+    """The cyclic collector runs on any allocation, so Python code (a finalizer, or here a
+    collector callback) may start a batch on the thread of a batch that is making its lists
+    from answers it still reads: both answer right."""
+    m = cls("amqp")
+    m.subscribe("a.*", "x")
+    m.subscribe("#", "y")
+    topics = [f"a.{i}" for i in range(300)]
+    nested: list[object] = []
+    errors: list[BaseException] = []
+
+    def answers(result) -> list[list[str]]:
+        if call == "lookup_many":
+            return [sorted(a) for a in result]
+        flat, ends = result
+        return [sorted(flat[a:b]) for a, b in itertools.pairwise(ends)]
+
+    def during_collection(phase: str, info: dict) -> None:
+        if phase != "start" or len(nested) >= 200 or threading.get_ident() != batcher:
+            return
+        try:
+            nested.append(getattr(m, call)(topics[:40]))
+        except BaseException as e:  # noqa: BLE001 - a panic in the nested batch
+            errors.append(e)
+
+    def body() -> None:
+        old = gc.get_threshold()
+        gc.set_threshold(1)
+        gc.callbacks.append(during_collection)
+        try:
+            for _ in range(5):
+                assert answers(getattr(m, call)(topics)) == [["x", "y"]] * len(topics)
+        finally:
+            gc.callbacks.remove(during_collection)
+            gc.set_threshold(*old)
+
+    batcher = None
+
+    def run() -> None:
+        nonlocal batcher
+        batcher = threading.get_ident()
+        body()
+
+    _finishes(run)
+    assert not errors, errors[0]
+    assert nested, "no collection ran during the batches"
+    for result in nested:
+        assert answers(result) == [["x", "y"]] * 40
