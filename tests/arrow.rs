@@ -14,7 +14,7 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, LargeStringArray, StringArray, StringViewArray};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use topicmatch::arrow::lookup_arrow;
+use topicmatch::arrow::{lookup_arrow, lookup_arrow_with};
 use topicmatch::{CSTrie, Dialect, Grouped, LazyDfa, Matcher, NaiveMatcher, Trie};
 
 /// A topic of a batch: valid, maybe invalid (a pattern), or null.
@@ -114,4 +114,35 @@ fn an_empty_array_gives_empty_columns() {
     let m = Trie::new(Dialect::Nats);
     let routed = lookup_arrow(&m, &StringArray::from(Vec::<&str>::new()), |_| None).unwrap();
     assert_eq!((routed.subscribers.len(), routed.reasons.len()), (0, 0));
+}
+
+#[test]
+fn the_slice_mapping_sees_each_routed_topic_once_with_its_ids() {
+    let m = Trie::new(Dialect::Mqtt);
+    m.subscribe_str("a/+", 1).unwrap();
+    m.subscribe_str("a/b", 2).unwrap();
+    m.subscribe_str("#", 3).unwrap();
+    let topics = StringArray::from(vec![Some("a/b"), None, Some("a/+"), Some("c")]);
+    let mut seen: Vec<Vec<u32>> = Vec::new();
+    let routed = lookup_arrow_with(&m, &topics, |ids, values| {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        // One value for the two first ids of a topic: the mapping decides what goes out.
+        values.extend(ids.iter().take(2).map(|&id| i64::from(id) * 10));
+        seen.push(ids);
+    })
+    .unwrap();
+    // The null and the invalid topic are not handed to the mapping.
+    assert_eq!(seen, vec![vec![1, 2, 3], vec![3]]);
+    let row = |i: usize| {
+        let list = routed.subscribers.value(i);
+        let ints = list
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .unwrap();
+        ints.values().to_vec()
+    };
+    assert_eq!(row(0), vec![10, 20]);
+    assert_eq!(row(3), vec![30]);
+    assert_eq!(routed.rejected(), 2);
 }

@@ -432,11 +432,28 @@ impl Registry {
         list_of(py, &objects, ids)
     }
 
-    /// The subscriber of one id as an `i64`, read without the GIL. Same guard rule as
-    /// `objects`.
-    pub(crate) fn int_value(&self, id: SubscriberId) -> IntValue {
+    /// Appends the subscribers of `ids` as `i64`s to `values`, read without the GIL under one
+    /// read lock (one a subscriber was most of a cached `lookup_arrow` batch). Released ids are
+    /// left out; the first id whose subscriber is not an int that fits is returned, and the
+    /// rest still appended. Same guard rule as `objects`.
+    pub(crate) fn int_values(
+        &self,
+        ids: &[SubscriberId],
+        values: &mut Vec<i64>,
+    ) -> Option<SubscriberId> {
         let ints = self.ints.read().unwrap_or_else(PoisonError::into_inner);
-        ints.get(id as usize).copied().unwrap_or(IntValue::Released)
+        let mut not_int = None;
+        values.extend(ids.iter().filter_map(|&id| {
+            match ints.get(id as usize).copied().unwrap_or(IntValue::Released) {
+                IntValue::Int(v) => Some(v),
+                IntValue::Released => None,
+                IntValue::NotInt => {
+                    not_int.get_or_insert(id);
+                    None
+                }
+            }
+        }));
+        not_int
     }
 
     /// The object of one id, or `None` if it was released. Same guard rule as `objects`.

@@ -19,7 +19,7 @@ use pyo3::types::{PyList, PyTuple};
 use super::answers::CollectorPaused;
 use super::errors::{read_only, to_py, InvalidTopic};
 use super::gil;
-use super::registry::{IntValue, Registry};
+use super::registry::Registry;
 use super::text::{utf8, Kind};
 use crate::dialect::Dialect;
 use crate::groups::{self, GroupMatch, Grouped};
@@ -491,16 +491,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let guard = crossbeam_epoch::pin();
         let (routed, not_int) = gil::detach(py, || {
             let mut not_int = None;
-            let routed = crate::arrow::lookup_arrow(core.as_ref(), array.as_ref(), |id| {
-                match registry.int_value(id) {
-                    IntValue::Int(v) => Some(v),
-                    IntValue::Released => None,
-                    IntValue::NotInt => {
+            let routed =
+                crate::arrow::lookup_arrow_with(core.as_ref(), array.as_ref(), |ids, values| {
+                    if let Some(id) = registry.int_values(ids, values) {
                         not_int.get_or_insert(id);
-                        None
                     }
-                }
-            });
+                });
             (routed, not_int)
         });
         let routed = routed.map_err(|e| match e {
