@@ -358,8 +358,14 @@ def _route_on(
     subscriptions = _read(spark, args.subscriptions, subs_fmt)
     messages = _read(spark, args.messages, msgs_fmt)
     try:
-        result = tms.route(messages, subscriptions, dialect=args.dialect, matcher=args.matcher)
-    except ValueError as err:  # InvalidPattern included: nothing was routed
+        result = tms.route(
+            messages,
+            subscriptions,
+            dialect=args.dialect,
+            matcher=args.matcher,
+            cache_size=args.cache_size,
+        )
+    except (ValueError, TypeError) as err:  # InvalidPattern included: nothing was routed
         print(f"topicmatch route: {err}", file=sys.stderr)
         return 2
     result.persist()
@@ -463,6 +469,12 @@ def main(argv: list[str] | None = None) -> int:
         help="format of both inputs (default: by extension; .jsonl and .ndjson are JSON Lines)",
     )
     route.add_argument("--matcher", default=None, help="matcher class (default CSTrie, else Trie)")
+    route.add_argument(
+        "--cache-size",
+        type=int,
+        default=None,
+        help="the matcher's result cache, in topics (default 131072 for Trie and CSTrie)",
+    )
     route.add_argument(
         "--driver-memory",
         default="4g",

@@ -92,6 +92,7 @@ REASON = "reason"
 
 __all__ = [
     "NULL_TOPIC",
+    "ROUTE_CACHE_SIZE",
     "RouteResult",
     "is_connect",
     "resolve_matcher",
@@ -128,7 +129,29 @@ def is_connect(spark: Any) -> bool:
 # -- driver side ------------------------------------------------------------------------------
 
 
-def _build(rows: list[tuple[Any, Any]], dialect: str, cls: type) -> tuple[Any, list[str]]:
+#: The result cache of the workers' matcher when :func:`route` picks it: a batch job's
+#: messages repeat topics across its batches, and a cache larger than the distinct topics a
+#: worker sees serves most of them. 131,072 entries are at most 32 MiB of answers a worker
+#: (the cache's budget of 256 bytes an entry), made only for topics seen twice.
+ROUTE_CACHE_SIZE = 131_072
+
+
+def _matcher_options(cls: type, cache_size: int | None) -> dict[str, int]:
+    """The keyword arguments `cls` is built with: `cache_size` as given; when None, the
+    :data:`ROUTE_CACHE_SIZE` for the tries with a result cache, and the class's own default
+    for any other class."""
+    if cache_size is not None:
+        if not hasattr(cls, "cache_size"):
+            raise TypeError(f"{cls.__name__} has no result cache: route it without cache_size")
+        return {"cache_size": cache_size}
+    if cls in {getattr(tm, "Trie", None), getattr(tm, "CSTrie", None)}:
+        return {"cache_size": ROUTE_CACHE_SIZE}
+    return {}
+
+
+def _build(
+    rows: list[tuple[Any, Any]], dialect: str, cls: type, options: dict[str, int] | None = None
+) -> tuple[Any, list[str]]:
     """Validates the collected (pattern, subscriber) rows and builds the matcher over
     subscriber ids. Raises InvalidPattern or ValueError naming the first bad row."""
     names: list[str] = []
@@ -145,7 +168,7 @@ def _build(rows: list[tuple[Any, Any]], dialect: str, cls: type) -> tuple[Any, l
             names.append(subscriber)
         pairs.append((pattern, sid))
     try:
-        return cls(dialect, pairs), names
+        return cls(dialect, pairs, **(options or {})), names
     except tm.InvalidPattern:
         pass
     # Find the first bad row to name it; only on the error path.
@@ -441,6 +464,7 @@ def route(
     subscriber_col: str = "subscriber",
     explode: bool = True,
     matcher: str | type | None = None,
+    cache_size: int | None = None,
 ) -> RouteResult:
     """Routes every message of `messages_df` (batch or streaming) to the subscribers of
     `subscriptions_df` (batch) whose patterns match its topic in `dialect`.
@@ -451,6 +475,11 @@ def route(
     in the collected subscriptions, which for one file is its order in the file), its pattern
     and its subscriber; a null pattern or subscriber is an error too. Nothing is routed until an
     action or a streaming query runs on the result's DataFrames.
+
+    `cache_size` is given to the matcher's constructor (its result cache, in topics); by
+    default the ``Trie`` and ``CSTrie`` get :data:`ROUTE_CACHE_SIZE`, sized for batch jobs
+    whose workers each see up to about 100,000 distinct topics, and other classes their own
+    default. A class that takes no ``cache_size`` raises ``TypeError`` if one is given.
     """
     if dialect not in tm.DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {tm.DIALECTS}")
@@ -468,13 +497,14 @@ def route(
         raise ValueError("the subscriptions must be a batch DataFrame")
 
     cls = resolve_matcher(matcher)
+    options = _matcher_options(cls, cache_size)
     # As Arrow, not Rows: a Row per subscription cost the driver 0.7-1.2 s at 100,000 of
     # them, the Arrow table and its two lists 0.25-0.6 s (BENCHMARKS.md, "Where the time goes").
     table = subscriptions_df.select(
         F.col(_quote(pattern_col)).cast("string"), F.col(_quote(subscriber_col)).cast("string")
     ).toArrow()
     pairs = list(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
-    built, names = _build(pairs, dialect, cls)
+    built, names = _build(pairs, dialect, cls, options)
     key = uuid.uuid4().hex
     shipped = _ship(messages_df.sparkSession, built, names, key, messages_df.isStreaming)
 

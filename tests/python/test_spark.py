@@ -163,6 +163,38 @@ def test_the_matcher_is_a_parameter(spark, name):
     assert deliveries_of(result.deliveries) == oracle("amqp", subs, topics)
 
 
+def test_the_workers_matcher_gets_a_cache_for_batch_jobs(spark, monkeypatch):
+    subs, topics = sample("mqtt", n_subs=60, n_topics=200)
+    shipped = []
+    ship = tms._ship
+
+    def keep(spark_, built, names, key, streaming):
+        shipped.append(built)
+        return ship(spark_, built, names, key, streaming)
+
+    monkeypatch.setattr(tms, "_ship", keep)
+    msgs, subs_df = messages_df(spark, topics), subscriptions_df(spark, subs)
+    default = tms.route(msgs, subs_df, dialect="mqtt")
+    sized = tms.route(msgs, subs_df, dialect="mqtt", matcher="Trie", cache_size=0)
+    own = tms.route(msgs, subs_df, dialect="mqtt", matcher="InvertedBitmap")
+    assert [type(m) for m in shipped] == [tms.resolve_matcher(None), tm.Trie, tm.InvertedBitmap]
+    assert shipped[0].cache_size == tms.ROUTE_CACHE_SIZE
+    assert shipped[1].cache_size == 0
+    assert shipped[2].cache_size == tm.InvertedBitmap("mqtt").cache_size
+    want = oracle("mqtt", subs, topics)
+    for result in (default, sized, own):
+        assert deliveries_of(result.deliveries) == want
+
+
+def test_a_cache_size_for_a_matcher_without_a_cache_is_refused(spark):
+    subs, topics = sample("amqp", n_subs=10, n_topics=10)
+    msgs, subs_df = messages_df(spark, topics), subscriptions_df(spark, subs)
+    with pytest.raises(TypeError, match="LazyDFA has no result cache"):
+        tms.route(msgs, subs_df, matcher="LazyDFA", cache_size=1024)
+    with pytest.raises(ValueError, match="cache_size"):
+        tms.route(msgs, subs_df, matcher="CSTrie", cache_size=-1)
+
+
 def test_resolve_matcher_defaults_to_the_best_available():
     expected = tm.CSTrie if hasattr(tm, "CSTrie") else tm.Trie
     assert tms.resolve_matcher(None) is expected
@@ -481,6 +513,15 @@ def test_the_route_command_reports_a_bad_pattern(spark, tmp_path, capsys):
     )
     assert code == 2
     assert "row 0 (pattern 'a.>.b'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_route_command_refuses_a_cache_the_matcher_lacks(spark, tmp_path, capsys):
+    subs_path, msgs_path = _write_inputs(tmp_path, "csv", [("a.*", "s")], ["a.b"])
+    args = ["route", "--subscriptions", str(subs_path), "--messages", str(msgs_path)]
+    args += ["--out", str(tmp_path / "out"), "--matcher", "LazyDFA", "--cache-size", "64"]
+    assert cli.main(args) == 2
+    assert "LazyDFA has no result cache" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
