@@ -253,14 +253,18 @@ impl Dialect {
 
     /// Parses and validates a message topic, in one pass over its bytes and without
     /// allocating for topics of up to [`INLINE_WORDS`] words.
+    #[inline]
     pub fn parse_topic(self, text: &str) -> Result<Topic<'_>> {
         let sep = self.separator();
-        // A byte no topic of this dialect may hold anywhere.
-        let banned = |b: u8| match self {
-            Dialect::Amqp => false,
-            Dialect::Mqtt => matches!(b, 0 | b'+' | b'#'),
-            Dialect::Nats => matches!(b, 0 | b' ' | b'\t' | b'\r' | b'\n' | b'\x0c'),
+        // The bytes no topic of this dialect may hold anywhere, all below 64, as bits of one
+        // mask: the test is a compare and a shift a byte whatever the dialect, where a match
+        // on the dialect and the bytes' classes made NATS's topics the slowest to parse.
+        let banned_bits: u64 = match self {
+            Dialect::Amqp => 0,
+            Dialect::Mqtt => 1 | 1 << b'+' | 1 << b'#',
+            Dialect::Nats => 1 | 1 << b' ' | 1 << b'\t' | 1 << b'\r' | 1 << b'\n' | 1 << b'\x0c',
         };
+        let banned = |b: u8| b < 64 && banned_bits >> b & 1 != 0;
         // A word NATS cannot publish to: empty, or a wildcard.
         let bad_word = |w: &str| self == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");
         let mut valid = self != Dialect::Mqtt || (!text.is_empty() && text.len() <= MQTT_MAX_BYTES);
