@@ -150,7 +150,7 @@ def _matcher_options(cls: type, cache_size: int | None) -> dict[str, int]:
 
 
 def _build(
-    rows: list[tuple[Any, Any]], dialect: str, cls: type, options: dict[str, int] | None = None
+    rows: list[tuple[Any, Any]], dialect: str, cls: type, options: dict[str, int]
 ) -> tuple[Any, list[str]]:
     """Validates the collected (pattern, subscriber) rows and builds the matcher over
     subscriber ids. Raises InvalidPattern or ValueError naming the first bad row."""
@@ -168,7 +168,7 @@ def _build(
             names.append(subscriber)
         pairs.append((pattern, sid))
     try:
-        return cls(dialect, pairs, **(options or {})), names
+        return cls(dialect, pairs, **options), names
     except tm.InvalidPattern:
         pass
     # Find the first bad row to name it; only on the error path.

@@ -76,6 +76,13 @@ std::thread_local! {
 /// The most ids `SCRATCH` and `FLAT` keep room for between batches (256 KiB).
 const SCRATCH_KEEP: usize = 1 << 16;
 
+/// Frees `buf` if it grew past [`SCRATCH_KEEP`]: a thread keeps no large buffer past its batch.
+fn shed_large(buf: &mut Vec<SubscriberId>) {
+    if buf.capacity() > SCRATCH_KEEP {
+        *buf = Vec::new();
+    }
+}
+
 /// Answers of more ids than this leave `FLAT` for a vector of their own: there one allocation
 /// costs little beside the ids, and a slice of 4,096 answers of hundreds of subscribers
 /// would make the buffer megabytes long, written and read again from past the processor's
@@ -432,11 +439,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             });
             converted
         });
-        FLAT.with_borrow_mut(|f| {
-            if f.capacity() > SCRATCH_KEEP {
-                *f = Vec::new(); // a thread keeps no large buffer past its batch
-            }
-        });
+        FLAT.with_borrow_mut(shed_large);
         done
     }
 
@@ -541,9 +544,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             SCRATCH.with_borrow_mut(|ids| {
                 ids.clear();
                 let found = self.core.lookup_str_into(text, ids).map(|()| ids.len());
-                if ids.capacity() > SCRATCH_KEEP {
-                    *ids = Vec::new(); // a thread keeps no large buffer past its batch
-                }
+                shed_large(ids);
                 found
             })
         };
