@@ -36,7 +36,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::dialect::{Dialect, Pattern, Topic};
 use crate::error::{Error, Invalid, Result};
-use crate::matcher::{Matcher, SubscriberId};
+use crate::matcher::{AnswerStamp, Known, Matcher, SubscriberId};
 
 /// The bit that marks a group id inside the matcher behind. Subscriber ids stay below it.
 pub const GROUP_BIT: SubscriberId = 1 << 31;
@@ -410,15 +410,17 @@ impl<M: Matcher> Grouped<M> {
 
     /// Replaces the group ids that a lookup appended to `out` from `start` on with one member
     /// of each group, leaving out members already in the answer.
-    fn expand(&self, out: &mut Vec<SubscriberId>, start: usize) {
+    /// Replaces the group ids of `out[start..]` by a member of each; `false` when there were
+    /// none, and `out` is as it was.
+    fn expand(&self, out: &mut Vec<SubscriberId>, start: usize) -> bool {
         // A plain load: the matcher's read of a group id synchronised with the write that
         // put it there, which came after the store of `ever`.
         if !self.ever.load(Acquire) {
-            return;
+            return false;
         }
         let gids = take_group_ids(out, start);
         if gids.is_empty() {
-            return;
+            return false;
         }
         let table = self.read();
         let plain = out.len() - start;
@@ -439,6 +441,7 @@ impl<M: Matcher> Grouped<M> {
                 out.push(member);
             }
         }
+        true
     }
 }
 
@@ -537,10 +540,30 @@ impl<M: Matcher> Matcher for Grouped<M> {
     }
 
     fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
+        self.lookup_str_stamped(topic, out, &mut |_, _| false)
+            .map(drop)
+    }
+
+    /// The stamp of a stored answer holds only while no group of it took a member: the
+    /// members change from message to message. So an answer with a group id is never
+    /// `known`, and comes back without its stamp.
+    fn lookup_str_stamped(
+        &self,
+        topic: &str,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Result<Option<AnswerStamp>> {
         let start = out.len();
-        self.inner.lookup_str_into(topic, out)?;
-        self.expand(out, start);
-        Ok(())
+        // `ever` is read after the ids, as in `expand`.
+        let mut plain_known = |stamp: AnswerStamp, ids: &[SubscriberId]| {
+            let grouped = self.ever.load(Acquire) && ids.iter().any(|&id| id & GROUP_BIT != 0);
+            !grouped && known(stamp, ids)
+        };
+        let stamp = self
+            .inner
+            .lookup_str_stamped(topic, out, &mut plain_known)?;
+        let expanded = self.expand(out, start);
+        Ok(if expanded { None } else { stamp })
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {

@@ -56,7 +56,7 @@ pub use dfa::{DfaStats, LazyDfa};
 pub use dialect::{Dialect, Pattern, Token, Topic};
 pub use error::{Error, Invalid, Result};
 pub use groups::{GroupMatch, Grouped};
-pub use matcher::{Matcher, SubscriberId};
+pub use matcher::{AnswerStamp, Known, Matcher, SubscriberId};
 pub use naive::NaiveMatcher;
 pub use overlap::{intersects, subsumes};
 pub use reference::matches;

@@ -6,6 +6,34 @@ use crate::error::Result;
 /// A subscriber as the core knows it: a small integer. The Python binding maps objects to ids.
 pub type SubscriberId = u32;
 
+/// What names an answer a result cache stored: a number no other stored answer of any cache
+/// in this process has had or will have. A stored answer's ids never change, so a caller that
+/// turned them into something of its own (the Python binding: a tuple of the subscriber
+/// objects) may keep that under the stamp and reuse it whenever a lookup hands the same stamp
+/// back, without comparing the ids again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AnswerStamp(std::num::NonZeroU64);
+
+impl AnswerStamp {
+    /// A stamp never handed out before.
+    pub(crate) fn fresh() -> Self {
+        // One counter for the process: a matcher's snapshots have caches of their own, and
+        // the binding keeps the answers of both in one table.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        AnswerStamp(std::num::NonZeroU64::new(n).expect("2^64 stamps are not handed out"))
+    }
+
+    /// The stamp as a number, for hashing.
+    pub fn get(self) -> u64 {
+        self.0.get()
+    }
+}
+
+/// Asked by [`Matcher::lookup_str_stamped`] whether the caller already holds what it made of
+/// a stored answer.
+pub type Known<'a> = &'a mut dyn FnMut(AnswerStamp, &[SubscriberId]) -> bool;
+
 /// A set of `(pattern, subscriber)` pairs that answers "who wants this topic?".
 ///
 /// Every method takes `&self`: matchers are shared between threads and synchronise inside.
@@ -99,6 +127,20 @@ pub trait Matcher: Send + Sync {
         Ok(())
     }
 
+    /// [`Matcher::lookup_str_into`], saying whether what it found is an answer a result cache
+    /// stored, and which ([`AnswerStamp`]); `None` for an answer made by this lookup. On a
+    /// stored answer `known` is asked first, with its stamp and ids: when it answers `true`
+    /// (the caller holds what it made of them) the ids are not appended.
+    fn lookup_str_stamped(
+        &self,
+        topic: &str,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Result<Option<AnswerStamp>> {
+        let _ = known;
+        self.lookup_str_into(topic, out).map(|()| None)
+    }
+
     /// Looks up `topic` given as text.
     fn lookup_str(&self, topic: &str) -> Result<Vec<SubscriberId>> {
         let mut out = Vec::new();
@@ -141,6 +183,15 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
 
     fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
         (**self).lookup_str_into(topic, out)
+    }
+
+    fn lookup_str_stamped(
+        &self,
+        topic: &str,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Result<Option<AnswerStamp>> {
+        (**self).lookup_str_stamped(topic, out, known)
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {

@@ -66,7 +66,7 @@ use self::shards::{LazyPrint, Shards, Summary, TopicPrint, TopicShards, MASKS};
 use crate::cstrie::CSTrie;
 use crate::dialect::{Dialect, Pattern, Topic};
 use crate::error::Result;
-use crate::matcher::{Matcher, SubscriberId};
+use crate::matcher::{AnswerStamp, Known, Matcher, SubscriberId};
 
 /// Slots per set. Four keeps a probe to a few loads and lets two or three hot topics that hash
 /// to one set live side by side.
@@ -141,6 +141,8 @@ struct Entry {
     shards: TopicShards,
     topic: Box<[u8]>,
     ids: Box<[SubscriberId]>,
+    /// Handed out with every hit, for callers that keep what they made of the ids.
+    stamp: AnswerStamp,
 }
 
 impl Entry {
@@ -627,9 +629,15 @@ impl Cache {
     /// topics that parsed are ever stored, so a text found here is valid. False, with nothing
     /// counted, otherwise: the caller parses the topic and goes through `lookup_into`, which
     /// probes again and counts the miss (or the bypass).
-    fn hit(&self, dialect: Dialect, text: &str, out: &mut Vec<SubscriberId>) -> bool {
+    fn hit(
+        &self,
+        dialect: Dialect,
+        text: &str,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Option<AnswerStamp> {
         if self.mode.load(Relaxed) != ON {
-            return false;
+            return None;
         }
         let stripe = &self.stripes[stripe_index()];
         let key = text.as_bytes();
@@ -642,10 +650,10 @@ impl Cache {
             };
             if e.hash == h && crate::bytes::same(&e.topic, key) {
                 let print = || dialect.parse_topic(text).ok().map(|t| TopicPrint::of(&t));
-                return self.serve(stripe, e, &print, out);
+                return self.serve(stripe, e, &print, out, known).then_some(e.stamp);
             }
         }
-        false
+        None
     }
 
     /// The slots of the set `h` falls in.
@@ -662,6 +670,7 @@ impl Cache {
         e: &Entry,
         topic: &dyn Fn() -> Option<TopicPrint>,
         out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
     ) -> bool {
         // Most hits find no shard moved: the log, and the topic's print, only when one has.
         let shards = self.shards();
@@ -670,7 +679,9 @@ impl Cache {
         {
             return false;
         }
-        out.extend_from_slice(&e.ids);
+        if !known(e.stamp, &e.ids) {
+            out.extend_from_slice(&e.ids);
+        }
         stripe.hits.fetch_add(1, Relaxed);
         self.judge(stripe, true, false);
         true
@@ -710,7 +721,7 @@ impl Cache {
             };
             if e.hash == h && crate::bytes::same(&e.topic, key) {
                 let print = || Some(TopicPrint::of(topic));
-                if self.serve(stripe, e, &print, out) {
+                if self.serve(stripe, e, &print, out, &mut |_, _| false) {
                     return;
                 }
                 same = Some((way, p));
@@ -769,6 +780,7 @@ impl Cache {
             shards: topic_shards,
             topic: key.into(),
             ids: out[start..].into(),
+            stamp: AnswerStamp::fresh(),
         };
         // SAFETY: as above: `old` was loaded under `guard`.
         let old_bytes = unsafe { old.as_ref() }.map_or(0, Entry::bytes);
@@ -916,13 +928,24 @@ impl<M: Matcher> Matcher for Cached<M> {
     }
 
     fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
+        self.lookup_str_stamped(topic, out, &mut |_, _| false)
+            .map(drop)
+    }
+
+    /// A hit hands out its entry's stamp.
+    fn lookup_str_stamped(
+        &self,
+        topic: &str,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Result<Option<AnswerStamp>> {
         if let Some(c) = &self.cache {
-            if c.hit(self.dialect(), topic, out) {
-                return Ok(());
+            if let Some(stamp) = c.hit(self.dialect(), topic, out, known) {
+                return Ok(Some(stamp));
             }
         }
         self.lookup_into(&self.dialect().parse_topic(topic)?, out);
-        Ok(())
+        Ok(None)
     }
 
     /// A cached answer says it at once; without one the matcher behind answers, and may stop
@@ -931,7 +954,9 @@ impl<M: Matcher> Matcher for Cached<M> {
     fn has_interest_str(&self, topic: &str) -> Result<bool> {
         if let Some(c) = &self.cache {
             let mut out = Vec::new();
-            if c.hit(self.dialect(), topic, &mut out) {
+            if c.hit(self.dialect(), topic, &mut out, &mut |_, _| false)
+                .is_some()
+            {
                 return Ok(!out.is_empty());
             }
         }
@@ -1013,6 +1038,98 @@ mod tests {
             assert!(out.is_empty());
         }
         assert_eq!(m.cache_stats().topics, 1);
+    }
+
+    #[test]
+    fn a_stored_answer_keeps_its_stamp_until_a_write_makes_it_again() {
+        let m = trie(64);
+        let never = &mut |_, _: &[SubscriberId]| false;
+        let mut out = Vec::new();
+        // The miss that stores the entry hands out no stamp: its answer was made by the lookup.
+        assert_eq!(m.lookup_str_stamped("a.b", &mut out, never).unwrap(), None);
+        let first = m.lookup_str_stamped("a.b", &mut out, never).unwrap();
+        assert!(first.is_some());
+        assert_eq!(m.lookup_str_stamped("a.b", &mut out, never).unwrap(), first);
+        // Another topic's entry, and the same topic's after a write, have stamps of their own.
+        m.lookup_str("a.c").unwrap();
+        let other = m.lookup_str_stamped("a.c", &mut out, never).unwrap();
+        assert!(other.is_some() && other != first);
+        m.subscribe_str("a.b", 3).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(m.lookup_str_stamped("a.b", &mut out, never).unwrap(), None);
+        assert_eq!(sorted(out), [1, 2, 3]);
+        let again = m.lookup_str_stamped("a.b", &mut Vec::new(), never).unwrap();
+        assert!(again.is_some() && again != first && again != other);
+        // A snapshot's cache hands out stamps of its own too.
+        let snap = Cached::new(CSTrie::new(Dialect::Amqp), 64).without_admission();
+        snap.subscribe_str("a.*", 1).unwrap();
+        snap.lookup_str("a.b").unwrap();
+        let theirs = snap
+            .lookup_str_stamped("a.b", &mut Vec::new(), never)
+            .unwrap();
+        assert!(theirs.is_some() && ![first, other, again].contains(&theirs));
+    }
+
+    #[test]
+    fn a_known_answer_is_not_appended_and_a_bare_matcher_has_no_stamps() {
+        let m = trie(64);
+        m.lookup_str("a.b").unwrap();
+        let mut asked = Vec::new();
+        let mut out = vec![7];
+        let stamp = m
+            .lookup_str_stamped("a.b", &mut out, &mut |stamp, ids| {
+                asked.push((stamp, sorted(ids.to_vec())));
+                true
+            })
+            .unwrap();
+        assert_eq!(out, [7]);
+        assert_eq!(asked, [(stamp.unwrap(), vec![1, 2])]);
+        let mut out = Vec::new();
+        m.lookup_str_stamped("a.b", &mut out, &mut |_, _| false)
+            .unwrap();
+        assert_eq!(sorted(out), [1, 2]);
+        // A miss never asks, and hands out no stamp; nor does a disabled cache, ever.
+        let bare = Cached::new(Trie::new(Dialect::Amqp), 0);
+        bare.subscribe_str("a.*", 1).unwrap();
+        bare.subscribe_str("a.#", 2).unwrap();
+        for (m, lookups) in [(&m, 1), (&bare, 3)] {
+            for _ in 0..lookups {
+                let mut out = Vec::new();
+                let stamp = m
+                    .lookup_str_stamped("a.zz", &mut out, &mut |_, _| panic!("asked on a miss"))
+                    .unwrap();
+                assert_eq!((stamp, sorted(out)), (None, vec![1, 2]));
+            }
+        }
+    }
+
+    #[test]
+    fn a_stored_answer_with_a_group_has_no_stamp_and_picks_a_member_each_time() {
+        let m = crate::Grouped::new(Cached::new(Trie::new(Dialect::Mqtt), 64).without_admission());
+        m.subscribe_in(None, "a/+", 1).unwrap();
+        m.subscribe_in(Some("g"), "a/+", 2).unwrap();
+        m.subscribe_in(Some("g"), "a/+", 3).unwrap();
+        m.subscribe_in(None, "b/+", 4).unwrap();
+        let mut picked = Vec::new();
+        for _ in 0..4 {
+            let mut out = Vec::new();
+            let stamp = m
+                .lookup_str_stamped("a/x", &mut out, &mut |_, _| panic!("a grouped answer"))
+                .unwrap();
+            assert_eq!(stamp, None);
+            let out = sorted(out);
+            assert_eq!((out.len(), out[0]), (2, 1));
+            picked.push(out[1]);
+        }
+        assert!(picked.contains(&2) && picked.contains(&3), "{picked:?}");
+        // An answer with no group keeps its stamp behind the groups' wrapper.
+        m.lookup_str("b/x").unwrap();
+        let mut out = Vec::new();
+        let stamp = m
+            .lookup_str_stamped("b/x", &mut out, &mut |_, _| false)
+            .unwrap();
+        assert!(stamp.is_some());
+        assert_eq!(out, [4]);
     }
 
     #[test]

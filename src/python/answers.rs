@@ -10,6 +10,12 @@
 //! answers with a copy of the tuple (`PySequence_List`), and `lookup_flat` copies it into its
 //! one list (`PyList_SetSlice`), in CPython's own loop either way.
 //!
+//! An answer a result cache stored comes with its stamp ([`AnswerStamp`]), which names its ids
+//! for good: its tuple is kept under the stamp, made on the first conversion (the cache stored
+//! only a topic seen before), and served on the stamp alone, with no compare of the topic or
+//! the ids (which, with thousands of answers of hundreds of subscribers, are rarely in the
+//! processor's caches). Any other answer is kept under its topic, with its ids compared.
+//!
 //! Why a copy never returns a wrong object: the core's ids are the answer; the tuple only
 //! spares turning them into objects again. It is made only from ids that were all live, under
 //! the lookup's epoch guard, and stamped with the registry's count of releases read before the
@@ -40,7 +46,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::cstrie::WordsHasher;
-use crate::matcher::SubscriberId;
+use crate::matcher::{AnswerStamp, SubscriberId};
 
 /// Answers this long or longer are kept as tuples. Not tuned: where a copy starts to beat
 /// converting (a hash, a slot and a compare against a call or two per subscriber) has not
@@ -58,11 +64,66 @@ const MAX_IDS: usize = 1 << 21;
 /// Doorkeeper bits, a few per slot.
 const DOOR_BITS: usize = 1 << 16;
 
+/// What a lookup's answer is kept under.
+#[derive(Clone, Copy)]
+pub(crate) enum Key<'a> {
+    /// An answer a result cache stored: the stamp names its ids.
+    Stamp(AnswerStamp),
+    /// Any other: its topic, and its ids are compared.
+    Topic(&'a str),
+}
+
+impl Key<'_> {
+    /// The hash the answer is kept by: computed once per lookup and handed to the methods.
+    pub(crate) fn hash(self) -> u64 {
+        match self {
+            // Odd-constant multiplication spreads the counter into the high bits a set is
+            // picked by.
+            Key::Stamp(stamp) => stamp.get().wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            Key::Topic(topic) => WordsHasher.hash_one(topic),
+        }
+    }
+}
+
+/// What a kept answer was made for.
+enum Made {
+    Stamp(AnswerStamp),
+    Topic(Box<str>, Box<[SubscriberId]>),
+}
+
+impl Made {
+    fn of(key: Key<'_>, ids: &[SubscriberId]) -> Self {
+        match key {
+            Key::Stamp(stamp) => Made::Stamp(stamp),
+            Key::Topic(topic) => Made::Topic(topic.into(), ids.into()),
+        }
+    }
+
+    /// Whether this is the answer `key` names (its ids still to compare for a topic).
+    fn is(&self, key: Key<'_>) -> bool {
+        match (self, key) {
+            (Made::Stamp(a), Key::Stamp(b)) => *a == b,
+            (Made::Topic(a, _), Key::Topic(b)) => **a == *b,
+            _ => false,
+        }
+    }
+
+    /// Whether `ids`, the answer of the lookup that found this, are the ones it was made of.
+    fn holds(&self, ids: &[SubscriberId]) -> bool {
+        match self {
+            // A stored answer's ids never change.
+            Made::Stamp(_) => true,
+            Made::Topic(_, kept) => **kept == *ids,
+        }
+    }
+}
+
 /// One kept answer.
 struct Answer {
     hash: u64,
-    topic: Box<str>,
-    ids: Box<[SubscriberId]>,
+    made: Made,
+    /// Subscribers in the tuple, counted in [`Answers::held`].
+    len: usize,
     /// The registry's release count read before the objects were.
     releases: u64,
     tuple: Py<PyTuple>,
@@ -86,6 +147,24 @@ struct Tables {
     door_set: AtomicUsize,
 }
 
+/// The tuple kept for a stored answer, found during a batch's lookups (without the GIL), so
+/// that the core did not copy the answer's ids out. A batch drops it in its conversion, with
+/// the GIL held; dropped without it (a batch that failed), the tuple's release is deferred to
+/// the next time a thread attaches, as for any `Py` dropped so.
+pub(crate) struct KeptTuple(Arc<Answer>);
+
+impl KeptTuple {
+    /// The tuple, borrowed: copying it takes no reference of its own.
+    pub(crate) fn bind<'a, 'py>(&'a self, py: Python<'py>) -> &'a Bound<'py, PyTuple> {
+        self.0.tuple.bind(py)
+    }
+
+    /// Subscribers in the tuple.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len
+    }
+}
+
 /// A matcher's kept answers.
 #[derive(Default)]
 pub(crate) struct Answers {
@@ -95,26 +174,37 @@ pub(crate) struct Answers {
 }
 
 impl Answers {
-    /// The kept tuple of `topic` (of hash `h`, see [`hash`]), whose answer from the core is
-    /// `ids`, if one holds these ids. `releases` is the registry's release count now.
+    /// The kept tuple of the answer `key` names (of hash `h`, see [`Key::hash`]), whose ids
+    /// from the core are `ids`, if one holds these ids. `releases` is the registry's release
+    /// count now.
     pub(crate) fn tuple<'py>(
         &self,
         py: Python<'py>,
         h: u64,
-        topic: &str,
+        key: Key<'_>,
         ids: &[SubscriberId],
         releases: u64,
     ) -> Option<Bound<'py, PyTuple>> {
-        let (_, answer) = find(set(self.tables.get()?, h), h, topic)?;
-        if answer.releases != releases || *answer.ids != *ids {
+        let (_, answer) = find(set(self.tables.get()?, h), h, key)?;
+        if answer.releases != releases || !answer.made.holds(ids) {
             return None;
         }
         Some(answer.tuple.bind(py).clone())
     }
 
-    /// Whether a tuple should be made for the topic of hash `h` now: its answer `ids` is
-    /// large, and it was converted before.
-    pub(crate) fn wants(&self, h: u64, ids: &[SubscriberId]) -> bool {
+    /// The tuple kept for the stored answer `stamp`, if it was made while the registry's
+    /// release count stood at `releases`, its value now: then no id of it has been released
+    /// since, and each still has the object the tuple holds for it. Takes no GIL.
+    pub(crate) fn stamped(&self, stamp: AnswerStamp, releases: u64) -> Option<KeptTuple> {
+        let key = Key::Stamp(stamp);
+        let h = key.hash();
+        let (_, answer) = find(set(self.tables.get()?, h), h, key)?;
+        (answer.releases == releases).then_some(KeptTuple(answer))
+    }
+
+    /// Whether a tuple should be made now for the answer `key` names (of hash `h`): its ids
+    /// are many, and it is a cache's stored answer or was converted before.
+    pub(crate) fn wants(&self, h: u64, key: Key<'_>, ids: &[SubscriberId]) -> bool {
         if ids.len() < MIN_IDS || ids.len() > MAX_IDS {
             return false;
         }
@@ -124,6 +214,9 @@ impl Answers {
             door: (0..DOOR_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             door_set: AtomicUsize::new(0),
         });
+        if let Key::Stamp(_) = key {
+            return true;
+        }
         let bit = h as usize % DOOR_BITS;
         let (word, mask) = (&tables.door[bit / 64], 1u64 << (bit % 64));
         if word.fetch_or(mask, Relaxed) & mask != 0 {
@@ -140,13 +233,14 @@ impl Answers {
     }
 
     /// Keeps `tuple`, the objects of `ids` (all live when read, after the release count
-    /// `released` stood at `releases`), as the answer of `topic` (of hash `h`), unless that
-    /// would pass the budget. It takes the topic's own slot if it has one, else an empty one,
+    /// `released` stood at `releases`), as the answer `key` names (of hash `h`), unless that
+    /// would pass the budget. It takes the answer's own slot if it has one, else an empty one,
     /// else one picked by the hash's low bits.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn keep(
         &self,
         h: u64,
-        topic: &str,
+        key: Key<'_>,
         ids: &[SubscriberId],
         releases: u64,
         released: &AtomicU64,
@@ -155,19 +249,24 @@ impl Answers {
         let Some(tables) = self.tables.get() else {
             return;
         };
-        if self.held.fetch_add(ids.len(), Relaxed) + ids.len() > MAX_IDS {
-            self.held.fetch_sub(ids.len(), Relaxed);
-            return;
-        }
         let slots = set(tables, h);
-        let way = find(slots, h, topic)
+        let way = find(slots, h, key)
             .map(|(way, _)| way)
             .or_else(|| slots.iter().position(|s| lock(&s.answer).is_none()))
             .unwrap_or(h as usize % WAYS);
+        // The budget counts the ids of the answer this one replaces as gone: a full table
+        // still takes new answers in place of old ones (a stored answer's stamp changes each
+        // time a write makes its cache entry again, and the old stamp's tuple is never served
+        // after that).
+        let replaced = lock(&slots[way].answer).as_ref().map_or(0, |a| a.len);
+        if self.held.fetch_add(ids.len(), Relaxed) + ids.len() > MAX_IDS + replaced {
+            self.held.fetch_sub(ids.len(), Relaxed);
+            return;
+        }
         let answer = Arc::new(Answer {
             hash: h,
-            topic: topic.into(),
-            ids: ids.into(),
+            made: Made::of(key, ids),
+            len: ids.len(),
             releases,
             tuple,
         });
@@ -182,7 +281,7 @@ impl Answers {
         drop(slot);
         // Dropped out of the lock: they may run a subscriber's `__del__`.
         if let Some(old) = old {
-            self.held.fetch_sub(old.ids.len(), Relaxed);
+            self.held.fetch_sub(old.len, Relaxed);
             drop(old);
         }
         if released.load(Acquire) != releases {
@@ -212,7 +311,7 @@ impl Answers {
             slot.hash.store(0, Relaxed);
             drop(held);
             if let Some(answer) = taken {
-                self.held.fetch_sub(answer.ids.len(), Relaxed);
+                self.held.fetch_sub(answer.len, Relaxed);
                 stale.0.push(answer);
             }
         }
@@ -236,20 +335,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The hash a topic's answer is kept by: computed once per lookup and handed to the methods.
-pub(crate) fn hash(topic: &str) -> u64 {
-    WordsHasher.hash_one(topic)
-}
-
-/// The way of `slots` that holds `topic`'s answer, and the answer. Only a way whose hash hint
-/// is `h` is locked.
-fn find(slots: &[Slot], h: u64, topic: &str) -> Option<(usize, Arc<Answer>)> {
+/// The way of `slots` that holds the answer `key` names, and the answer. Only a way whose
+/// hash hint is `h` is locked.
+fn find(slots: &[Slot], h: u64, key: Key<'_>) -> Option<(usize, Arc<Answer>)> {
     slots.iter().enumerate().find_map(|(way, slot)| {
         if slot.hash.load(Relaxed) != h {
             return None;
         }
         match &*lock(&slot.answer) {
-            Some(a) if a.hash == h && *a.topic == *topic => Some((way, Arc::clone(a))),
+            Some(a) if a.hash == h && a.made.is(key) => Some((way, Arc::clone(a))),
             _ => None,
         }
     })

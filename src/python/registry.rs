@@ -33,9 +33,33 @@ use pyo3::prelude::*;
 use pyo3::sync::{MutexExt, RwLockExt};
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 
-use super::answers::{self, Answers, Stale, MIN_IDS};
+use super::answers::{Answers, KeptTuple, Key, Stale, MIN_IDS};
 use crate::groups::GROUP_BIT;
-use crate::matcher::SubscriberId;
+use crate::matcher::{AnswerStamp, SubscriberId};
+
+/// One topic's answer from the core, as the conversions take it.
+#[derive(Clone, Copy)]
+pub(crate) struct Found<'a> {
+    pub(crate) topic: &'a str,
+    /// Empty when `kept` holds the answer.
+    pub(crate) ids: &'a [SubscriberId],
+    /// Set when a result cache stored the answer.
+    pub(crate) stamp: Option<AnswerStamp>,
+    /// The tuple of a stored answer, found with it (see [`Registry::stamped`]).
+    pub(crate) kept: Option<&'a KeptTuple>,
+}
+
+impl Found<'_> {
+    /// Subscribers in the answer.
+    pub(crate) fn len(&self) -> usize {
+        self.kept.map_or(self.ids.len(), KeptTuple::len)
+    }
+
+    /// What its tuple is kept under.
+    fn key(&self) -> Key<'_> {
+        self.stamp.map_or(Key::Topic(self.topic), Key::Stamp)
+    }
+}
 
 #[derive(Default)]
 struct Slots {
@@ -295,79 +319,79 @@ impl Registry {
         }
     }
 
-    /// The list of the objects of `ids`, the answer for `topic`: a copy of the tuple `answers`
-    /// keeps for it when it holds these ids (see `answers.rs`), else converted. Caller holds an
-    /// epoch guard taken before the ids were read from the core; an id released since then is
-    /// skipped (its removal came first).
+    /// The list of the objects of `ids`, the answer for `topic` (stamped `stamp` if a result
+    /// cache stored it): a copy of the tuple `answers` keeps for it when it holds these ids
+    /// (see `answers.rs`), else converted. Caller holds an epoch guard taken before the ids
+    /// were read from the core; an id released since then is skipped (its removal came first).
     pub(crate) fn answer<'py>(
         &self,
         py: Python<'py>,
-        topic: &str,
-        ids: &[SubscriberId],
+        found: Found<'_>,
     ) -> PyResult<Bound<'py, PyList>> {
         let releases = self.releases.load(Acquire);
         let objects = self
             .objects
             .read_py_attached(py)
             .unwrap_or_else(PoisonError::into_inner);
-        self.answer_of(py, &objects, releases, topic, ids)
+        self.answer_of(py, &objects, releases, found)
     }
 
-    /// One list per answer, `results[i]` for `topics[i]`, under one read of the table: a
-    /// batch's conversion. Same guard rule as [`Registry::answer`].
-    pub(crate) fn answers<'py>(
+    /// One list per answer, under one read of the table: a batch's conversion. Same guard
+    /// rule as [`Registry::answer`].
+    pub(crate) fn answers<'py, 'a>(
         &self,
         py: Python<'py>,
-        topics: &[&str],
-        results: &[&[SubscriberId]],
+        found: impl Iterator<Item = Found<'a>>,
     ) -> PyResult<Vec<Bound<'py, PyList>>> {
         let releases = self.releases.load(Acquire);
         let objects = self
             .objects
             .read_py_attached(py)
             .unwrap_or_else(PoisonError::into_inner);
-        topics
-            .iter()
-            .zip(results)
-            .map(|(topic, ids)| self.answer_of(py, &objects, releases, topic, ids))
+        found
+            .map(|f| self.answer_of(py, &objects, releases, f))
             .collect()
     }
 
-    /// The list for `topic`'s answer `ids`: a copy of its kept tuple, or converted.
-    /// `releases` was read before `objects`.
+    /// The list for one answer: a copy of its kept tuple, or converted. `releases` was read
+    /// before `objects`.
     fn answer_of<'py>(
         &self,
         py: Python<'py>,
         objects: &[Option<Py<PyAny>>],
         releases: u64,
-        topic: &str,
-        ids: &[SubscriberId],
+        found: Found<'_>,
     ) -> PyResult<Bound<'py, PyList>> {
-        match self.kept(py, objects, releases, topic, ids)? {
+        if let Some(kept) = found.kept {
+            return kept.bind(py).as_sequence().to_list();
+        }
+        match self.kept(py, objects, releases, found)? {
             Some(tuple) => tuple.as_sequence().to_list(),
-            None => list_of(py, objects, ids),
+            None => list_of(py, objects, found.ids),
         }
     }
 
-    /// The tuple of the objects of `topic`'s answer `ids`, if one is kept for these ids, or
-    /// made now (and kept) because the answer is large, repeated and all live; `None` when the
-    /// answer is to be converted id by id. `releases` was read before `objects`.
+    /// The tuple of the objects of an answer, if one is kept for its ids, or made now (and
+    /// kept) because the answer is large, repeated (or stored by a cache) and all live; `None`
+    /// when the answer is to be converted id by id. `releases` was read before `objects`.
+    /// (An answer found with its tuple, `found.kept`, is copied by the callers directly.)
     fn kept<'py>(
         &self,
         py: Python<'py>,
         objects: &[Option<Py<PyAny>>],
         releases: u64,
-        topic: &str,
-        ids: &[SubscriberId],
+        found: Found<'_>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let ids = found.ids;
         if ids.len() < MIN_IDS {
             return Ok(None);
         }
-        let h = answers::hash(topic);
-        if let Some(tuple) = self.answers.tuple(py, h, topic, ids, releases) {
+        let key = found.key();
+        let h = key.hash();
+        if let Some(tuple) = self.answers.tuple(py, h, key, ids, releases) {
             return Ok(Some(tuple));
         }
-        if !self.answers.wants(h, ids) {
+        if !self.answers.wants(h, key, ids) {
             return Ok(None);
         }
         let live: Option<Vec<&Py<PyAny>>> = ids.iter().map(|&id| live(objects, id)).collect();
@@ -377,7 +401,7 @@ impl Registry {
         let tuple = PyTuple::new(py, live.iter().map(|o| o.bind(py)))?;
         self.answers.keep(
             h,
-            topic,
+            key,
             ids,
             releases,
             &self.releases,
@@ -386,16 +410,26 @@ impl Registry {
         Ok(Some(tuple))
     }
 
-    /// Appends the objects of each answer, `results[i]` for `topics[i]`, to `flat`, and the
-    /// length of `flat` after each to `ends`: `lookup_flat`'s conversion, under one read of the
-    /// table. A kept tuple goes in as one slice assignment (CPython's own copy); any other
-    /// answer object by object. Same guard rule as [`Registry::answer`].
-    pub(crate) fn extend_flat<'py>(
+    /// The tuple kept for the stored answer `stamp` with `len` subscribers, if there is one
+    /// and no id has been released since it was made (see `Answers::stamped`): asked during a
+    /// batch's lookups, without the GIL, so that the core need not copy the answer out. The
+    /// caller holds an epoch guard, as for any lookup.
+    pub(crate) fn stamped(&self, stamp: AnswerStamp, len: usize) -> Option<KeptTuple> {
+        if len < MIN_IDS {
+            return None;
+        }
+        self.answers.stamped(stamp, self.releases.load(Acquire))
+    }
+
+    /// Appends the objects of each answer to `flat`, and the length of `flat` after each to
+    /// `ends`: `lookup_flat`'s conversion, under one read of the table. A kept tuple goes in
+    /// as one slice assignment (CPython's own copy); any other answer object by object. Same
+    /// guard rule as [`Registry::answer`].
+    pub(crate) fn extend_flat<'py, 'a>(
         &self,
         flat: &Bound<'py, PyList>,
         ends: &mut Vec<usize>,
-        topics: &[&str],
-        results: &[&[SubscriberId]],
+        found: impl Iterator<Item = Found<'a>>,
     ) -> PyResult<()> {
         let py = flat.py();
         let releases = self.releases.load(Acquire);
@@ -403,13 +437,18 @@ impl Registry {
             .objects
             .read_py_attached(py)
             .unwrap_or_else(PoisonError::into_inner);
-        for (topic, ids) in topics.iter().zip(results) {
+        for f in found {
             let end = flat.len();
-            match self.kept(py, &objects, releases, topic, ids)? {
+            if let Some(kept) = f.kept {
+                flat.set_slice(end, end, kept.bind(py).as_any())?;
+                ends.push(flat.len());
+                continue;
+            }
+            match self.kept(py, &objects, releases, f)? {
                 Some(tuple) => flat.set_slice(end, end, tuple.as_any())?,
                 None => {
                     // A released id is skipped, as in `list_of`.
-                    for o in ids.iter().filter_map(|&id| live(&objects, id)) {
+                    for o in f.ids.iter().filter_map(|&id| live(&objects, id)) {
                         flat.append(o.bind(py))?;
                     }
                 }

@@ -16,14 +16,14 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use super::answers::CollectorPaused;
+use super::answers::{CollectorPaused, KeptTuple};
 use super::errors::{read_only, to_py, InvalidTopic};
 use super::gil;
-use super::registry::Registry;
+use super::registry::{Found, Registry};
 use super::text::{utf8, Kind};
 use crate::dialect::Dialect;
 use crate::groups::{self, GroupMatch, Grouped};
-use crate::matcher::{Matcher, SubscriberId};
+use crate::matcher::{AnswerStamp, Matcher, SubscriberId};
 
 impl<M> Drop for TopicIndex<M> {
     fn drop(&mut self) {
@@ -90,10 +90,13 @@ fn shed_large(buf: &mut Vec<SubscriberId>) {
 /// long with every answer in the buffer).
 const FLAT_MAX_IDS: usize = 64;
 
-/// One topic's answer in a batch: a span of `FLAT`, or ids of its own.
-enum Found {
-    Flat(usize, usize),
-    Own(Vec<SubscriberId>),
+/// One topic's answer in a batch: a span of `FLAT`, or ids of its own; with its stamp if a
+/// result cache stored it.
+enum Span {
+    Flat(usize, usize, Option<AnswerStamp>),
+    Own(Vec<SubscriberId>, Option<AnswerStamp>),
+    /// A stored answer whose tuple the registry keeps: its ids were not copied.
+    Kept(KeptTuple),
 }
 
 /// Up to this many pairs in the matcher, `remove_subscriber` is a short write (tens of
@@ -341,24 +344,35 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         })
     }
 
-    /// The ids of one topic, with the GIL held or not by the rule for single lookups.
-    fn ids_of(&self, py: Python<'_>, text: &str) -> PyResult<Vec<SubscriberId>> {
+    /// The ids of one topic, and their stamp if a result cache stored them, with the GIL held
+    /// or not by the rule for single lookups.
+    fn ids_of(
+        &self,
+        py: Python<'_>,
+        text: &str,
+    ) -> PyResult<(Vec<SubscriberId>, Option<AnswerStamp>)> {
         let core = &self.core;
         let mut ids = Vec::new();
         // The topic is parsed inside the core, and only if a result cache cannot answer it.
-        gil::run_estimated(py, self.lookup_estimate(), || {
-            core.lookup_str_into(text, &mut ids)
+        let stamp = gil::run_estimated(py, self.lookup_estimate(), || {
+            core.lookup_str_stamped(text, &mut ids, &mut |_, _| false)
         })
         .map_err(to_py)?;
-        Ok(ids)
+        Ok((ids, stamp))
     }
 
     pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let py = topic.py();
         let text = utf8(topic, Kind::Topic)?;
         let guard = crossbeam_epoch::pin();
-        let ids = self.ids_of(py, text)?;
-        let list = self.registry.answer(py, text, &ids);
+        let (ids, stamp) = self.ids_of(py, text)?;
+        let found = Found {
+            topic: text,
+            ids: &ids,
+            stamp,
+            kept: None,
+        };
+        let list = self.registry.answer(py, found);
         drop(guard);
         list
     }
@@ -394,12 +408,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     }
 
     /// Runs a batch of lookups whose answers are converted: each topic's ids go on the end of
-    /// this thread's `FLAT` buffer, and `sink` gets each slice's topics and answers, read in
-    /// place, with the GIL.
+    /// this thread's `FLAT` buffer, and `sink` gets each slice's answers, read in place, with
+    /// the GIL.
     fn run_answers(
         &self,
         topics: &Bound<'_, PyAny>,
-        mut sink: impl FnMut(&[&str], &[&[SubscriberId]]) -> PyResult<()>,
+        mut sink: impl FnMut(&[Found<'_>]) -> PyResult<()>,
     ) -> PyResult<()> {
         // What a batch that failed left behind. (A batch started by a finalizer during a
         // conversion finds the buffer empty: the conversion has taken it.)
@@ -407,28 +421,49 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let look = |text: &str| {
             FLAT.with_borrow_mut(|flat| {
                 let start = flat.len();
-                if let Err(e) = self.core.lookup_str_into(text, flat) {
-                    flat.truncate(start);
-                    return Err(e);
+                let mut kept = None;
+                let mut known = |stamp, ids: &[SubscriberId]| {
+                    kept = self.registry.stamped(stamp, ids.len());
+                    kept.is_some()
+                };
+                let stamp = match self.core.lookup_str_stamped(text, flat, &mut known) {
+                    Ok(stamp) => stamp,
+                    Err(e) => {
+                        flat.truncate(start);
+                        return Err(e);
+                    }
+                };
+                if let Some(kept) = kept {
+                    return Ok(Span::Kept(kept));
                 }
                 if flat.len() - start <= FLAT_MAX_IDS {
-                    return Ok(Found::Flat(start, flat.len()));
+                    return Ok(Span::Flat(start, flat.len(), stamp));
                 }
                 let own = flat[start..].to_vec();
                 flat.truncate(start);
-                Ok(Found::Own(own))
+                Ok(Span::Own(own, stamp))
             })
         };
         let done = self.run_many(topics, look, |slice, found| {
             let mut flat = FLAT.with_borrow_mut(std::mem::take);
-            let answers: Vec<&[SubscriberId]> = found
+            let answers: Vec<Found<'_>> = found
                 .iter()
-                .map(|f| match f {
-                    Found::Flat(a, b) => &flat[*a..*b],
-                    Found::Own(ids) => ids,
+                .zip(slice)
+                .map(|(f, topic)| {
+                    let (ids, stamp, kept) = match f {
+                        Span::Flat(a, b, stamp) => (&flat[*a..*b], *stamp, None),
+                        Span::Own(ids, stamp) => (&ids[..], *stamp, None),
+                        Span::Kept(kept) => (&[][..], None, Some(kept)),
+                    };
+                    Found {
+                        topic,
+                        ids,
+                        stamp,
+                        kept,
+                    }
                 })
                 .collect();
-            let converted = sink(slice, &answers);
+            let converted = sink(&answers);
             drop(answers);
             flat.clear();
             // The next slice reuses it: the buffer grows once a batch.
@@ -450,10 +485,10 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let py = topics.py();
         let mut lists = Vec::new();
         let mut large = false;
-        self.run_answers(topics, |slice, answers| {
-            large |= answers.iter().map(|ids| ids.len()).sum::<usize>() >= PAUSE_FROM;
+        self.run_answers(topics, |answers| {
+            large |= answers.iter().map(Found::len).sum::<usize>() >= PAUSE_FROM;
             let _paused = large.then(|| CollectorPaused::new(py));
-            lists.extend(self.registry.answers(py, slice, answers)?);
+            lists.extend(self.registry.answers(py, answers.iter().copied())?);
             Ok(())
         })?;
         let _paused = large.then(|| CollectorPaused::new(py));
@@ -471,8 +506,9 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let py = topics.py();
         let flat = PyList::empty(py);
         let mut ends = vec![0];
-        self.run_answers(topics, |slice, answers| {
-            self.registry.extend_flat(&flat, &mut ends, slice, answers)
+        self.run_answers(topics, |answers| {
+            self.registry
+                .extend_flat(&flat, &mut ends, answers.iter().copied())
         })?;
         let ends = PyList::new(py, ends)?;
         PyTuple::new(py, [flat.into_any(), ends.into_any()])
@@ -529,7 +565,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// How many subscribers `topic` reaches: a lookup that makes no Python object.
     pub(crate) fn count(&self, topic: &Bound<'_, PyAny>) -> PyResult<usize> {
         let text = utf8(topic, Kind::Topic)?;
-        Ok(self.ids_of(topic.py(), text)?.len())
+        Ok(self.ids_of(topic.py(), text)?.0.len())
     }
 
     /// How many subscribers each topic reaches, computed as `lookup_many` computes its lists.

@@ -122,6 +122,30 @@ def test_a_kept_answer_never_outlives_its_subscribers(cls):
         assert m.lookup("a.b") == []
 
 
+@pytest.mark.parametrize("cls", [tm.Trie, tm.CSTrie], ids=lambda c: c.__name__)
+def test_a_cached_large_answer_with_a_group_takes_a_member_in_turn(cls):
+    """A result cache stores the answer with the group in it; the kept tuple of a stored
+    answer must never stand for it, or every message would go to the same member."""
+    m = cls("mqtt", cache_size=64)
+    crowd = [Sub(i) for i in range(CROWD)]
+    members = [Sub(1000), Sub(1001)]
+    m.subscribe_many([("a/+", s) for s in crowd])
+    for s in members:
+        m.subscribe("a/+", s, group="g")
+    plain = [Sub(2000 + i) for i in range(CROWD)]
+    m.subscribe_many([("b/+", s) for s in plain])
+    picked = []
+    for _ in range(4):
+        many_a, many_b = m.lookup_many(["a/x", "b/x"])
+        flat, ends = m.lookup_flat(["a/x", "b/x"])
+        flat_a, flat_b = flat[ends[0] : ends[1]], flat[ends[1] : ends[2]]
+        for got in (many_a, m.lookup("a/x"), flat_a):
+            assert len(got) == CROWD + 1 and set(map(id, got)) >= set(map(id, crowd))
+            picked.append(next(s for s in got if s in members))
+        assert _ids(many_b) == _ids(plain) == _ids(flat_b)
+    assert set(map(id, picked)) == set(map(id, members))
+
+
 @pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
 def test_a_copied_answer_is_a_list_of_its_own(cls):
     m = cls("amqp", [("a.*", f"s{i}") for i in range(CROWD)])
