@@ -72,7 +72,8 @@ use roaring::RoaringBitmap;
 
 use super::{LeftRight, PatternChange, PatternTable};
 use crate::dialect::{Dialect, Pattern, Topic};
-use crate::matcher::{dedup_from, Matcher, SubscriberId};
+use crate::error::Result;
+use crate::matcher::{dedup_from, AnswerStamp, Known, Matcher, SubscriberId};
 use crate::reference::pattern_matches;
 
 /// Topics cached by default.
@@ -148,6 +149,8 @@ struct Kept {
     ids: Box<[SubscriberId]>,
     /// The cache's count of kept ids, given back on drop.
     held: Arc<AtomicUsize>,
+    /// Handed out with the answer (see [`Matcher::lookup_str_stamped`]).
+    stamp: AnswerStamp,
 }
 
 impl Drop for Kept {
@@ -316,17 +319,24 @@ impl Table {
 
 impl Entry {
     /// Copies the kept answer into `out` if it is the answer at table `version`.
-    fn copy_kept(&self, version: u64, out: &mut Vec<SubscriberId>) -> bool {
+    fn copy_kept(
+        &self,
+        version: u64,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Option<AnswerStamp> {
         if self.kept_version.load(Ordering::Relaxed) != version {
-            return false;
+            return None;
         }
         let kept = self.kept.read().unwrap_or_else(|e| e.into_inner());
         match &*kept {
             Some(k) if k.version == version => {
-                out.extend_from_slice(&k.ids);
-                true
+                if !known(k.stamp, &k.ids) {
+                    out.extend_from_slice(&k.ids);
+                }
+                Some(k.stamp)
             }
-            _ => false,
+            _ => None,
         }
     }
 
@@ -344,6 +354,7 @@ impl Entry {
             version,
             ids: ids.into(),
             held: Arc::clone(held),
+            stamp: AnswerStamp::fresh(),
         });
         let mut kept = self.kept.write().unwrap_or_else(|e| e.into_inner());
         let old = kept.replace(new);
@@ -439,6 +450,56 @@ fn evict(shard: &mut Shard, capacity: usize) {
     }
 }
 
+impl InvertedBitmap {
+    /// The lookup, handing out the stamp of a kept answer (and asking `known` first).
+    fn lookup_known(
+        &self,
+        topic: &Topic<'_>,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Option<AnswerStamp> {
+        assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
+        let start = out.len();
+        // Whether `out[start..]` is the answer already, each subscriber once, and the stamp
+        // of a kept answer.
+        let (done, stamp) = self.table.read(|t| {
+            if self.cache.capacity == 0 {
+                t.emit(&t.compute(topic), out);
+                return (false, None);
+            }
+            let text = topic.text();
+            {
+                let shard = read(self.cache.shard(text));
+                if let Some(entry) = shard.map.get(text) {
+                    entry.touch(shard.clock.load(Ordering::Relaxed));
+                    if entry.generation == t.generation {
+                        let version = t.patterns.version();
+                        if let Some(stamp) = entry.copy_kept(version, out, known) {
+                            return (true, Some(stamp));
+                        }
+                        t.emit(&entry.bits, out);
+                        dedup_from(out, start);
+                        entry.keep(version, &out[start..], &self.cache.kept_ids);
+                        return (true, None);
+                    }
+                    if entry.generation + 1 == t.generation {
+                        t.emit_previous(&entry.bits, topic, out);
+                        return (false, None);
+                    }
+                }
+            }
+            let bits = t.compute(topic);
+            t.emit(&bits, out);
+            self.cache.insert(text, bits, t.generation);
+            (false, None)
+        });
+        if !done {
+            dedup_from(out, start);
+        }
+        stamp
+    }
+}
+
 impl Matcher for InvertedBitmap {
     fn dialect(&self) -> Dialect {
         self.dialect
@@ -476,43 +537,17 @@ impl Matcher for InvertedBitmap {
     }
 
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
-        assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
-        let start = out.len();
-        // Whether `out[start..]` is the answer already, each subscriber once.
-        let done = self.table.read(|t| {
-            if self.cache.capacity == 0 {
-                t.emit(&t.compute(topic), out);
-                return false;
-            }
-            let text = topic.text();
-            {
-                let shard = read(self.cache.shard(text));
-                if let Some(entry) = shard.map.get(text) {
-                    entry.touch(shard.clock.load(Ordering::Relaxed));
-                    if entry.generation == t.generation {
-                        let version = t.patterns.version();
-                        if entry.copy_kept(version, out) {
-                            return true;
-                        }
-                        t.emit(&entry.bits, out);
-                        dedup_from(out, start);
-                        entry.keep(version, &out[start..], &self.cache.kept_ids);
-                        return true;
-                    }
-                    if entry.generation + 1 == t.generation {
-                        t.emit_previous(&entry.bits, topic, out);
-                        return false;
-                    }
-                }
-            }
-            let bits = t.compute(topic);
-            t.emit(&bits, out);
-            self.cache.insert(text, bits, t.generation);
-            false
-        });
-        if !done {
-            dedup_from(out, start);
-        }
+        self.lookup_known(topic, out, &mut |_, _| false);
+    }
+
+    /// A kept answer hands out its stamp.
+    fn lookup_str_stamped(
+        &self,
+        topic: &str,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Result<Option<AnswerStamp>> {
+        Ok(self.lookup_known(&self.dialect.parse_topic(topic)?, out, known))
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
@@ -605,6 +640,45 @@ mod tests {
             assert!(m.lookup_str(t).unwrap().is_empty());
         }
         assert_eq!(kept(), 0);
+    }
+
+    #[test]
+    fn a_kept_answer_hands_out_its_stamp_until_a_pair_changes() {
+        let m = InvertedBitmap::with_cache_size(Dialect::Amqp, 8);
+        for id in 0..40 {
+            m.subscribe_str("a.*", id).unwrap();
+        }
+        // The stamp and how many ids were appended, `known` answering `known` after checking
+        // that it is asked about the whole answer.
+        let stamped = |known: bool, len: usize| {
+            let mut out = Vec::new();
+            let stamp = m
+                .lookup_str_stamped("a.b", &mut out, &mut |_, ids| {
+                    assert_eq!(ids.len(), len);
+                    known
+                })
+                .unwrap();
+            (stamp, out.len())
+        };
+        // Stored on the first lookup, kept on the second, stamped from the third.
+        assert_eq!(stamped(false, 40), (None, 40));
+        assert_eq!(stamped(false, 40), (None, 40));
+        let (first, n) = stamped(false, 40);
+        assert!(first.is_some() && n == 40);
+        assert_eq!(
+            stamped(true, 40),
+            (first, 0),
+            "a known answer is not appended"
+        );
+        // A new pair: the kept answer is stale; the next one kept has a stamp of its own.
+        m.subscribe_str("a.b", 40).unwrap();
+        assert_eq!(stamped(false, 41), (None, 41));
+        let (again, n) = stamped(false, 41);
+        assert!(again.is_some() && again != first && n == 41);
+        assert!(InvertedBitmap::with_cache_size(Dialect::Amqp, 0)
+            .lookup_str_stamped("a.b", &mut Vec::new(), &mut |_, _| true)
+            .unwrap()
+            .is_none());
     }
 
     #[test]

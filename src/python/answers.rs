@@ -297,6 +297,27 @@ impl Answers {
         }
     }
 
+    /// Takes the answer `key` names out of its slot into `stale`, to be dropped by the caller
+    /// once it holds no lock.
+    pub(crate) fn forget(&self, key: Key<'_>, stale: &mut Stale) {
+        let h = key.hash();
+        let Some(tables) = self.tables.get() else {
+            return;
+        };
+        let slots = set(tables, h);
+        let Some((way, found)) = find(slots, h, key) else {
+            return;
+        };
+        stale.0.push(found);
+        let mut slot = lock(&slots[way].answer);
+        if let Some(taken) = slot.take_if(|a| a.hash == h && a.made.is(key)) {
+            slots[way].hash.store(0, Relaxed);
+            drop(slot);
+            self.held.fetch_sub(taken.len, Relaxed);
+            stale.0.push(taken);
+        }
+    }
+
     /// Takes every kept answer out of its slot into `stale`, to be dropped by the caller once
     /// it holds no lock: after a release, none can be served again.
     pub(crate) fn take_all(&self, stale: &mut Stale) {

@@ -407,6 +407,13 @@ impl Registry {
             &self.releases,
             tuple.clone().unbind(),
         );
+        if let Key::Stamp(_) = key {
+            // The topic's answer is stored now: a tuple kept under its topic before (while
+            // the cache had not stored it yet) would only hold budget and a slot.
+            let mut stale = Stale::default();
+            self.answers.forget(Key::Topic(found.topic), &mut stale);
+            drop(stale);
+        }
         Ok(Some(tuple))
     }
 
