@@ -77,7 +77,7 @@ pub const WAYS: usize = 4;
 /// room, and a full table of small entries stays under 4 MiB (see [`BYTES_PER_ENTRY`]).
 pub const DEFAULT_CACHE_SIZE: usize = 16_384;
 
-/// The largest `cache_size` taken: 2^24 entries, a table of 128 MiB of slots.
+/// The largest `cache_size` taken: 2^24 entries, a table of 128 MiB of slots and 128 MiB of tags.
 pub const MAX_CACHE_SIZE: usize = 1 << 24;
 
 /// The default byte budget per entry of capacity: topic text, ids and the entry's header.
@@ -220,8 +220,19 @@ pub struct CacheStats {
 /// The slots and the doorkeeper's bits.
 struct Table {
     slots: Box<[Atomic<Entry>]>,
+    /// Per set, the topic hash of each slot's entry: a hit reads its set's four from one cache
+    /// line and loads only the entry whose hash is its topic's, where reading each entry's own
+    /// hash cost a miss per way on a table larger than the processor's caches.
+    tags: Box<[Tags]>,
     door: Box<[AtomicU64]>,
 }
+
+/// The hashes of a set's entries (0 for none). Hints only: a hit still compares the entry's
+/// hash and topic, and a tag out of date (a store racing another) only sends a hit down the
+/// miss path, which reads every entry; [`Cache::publish`] leaves each tag its entry's.
+#[repr(align(32))]
+#[derive(Default)]
+struct Tags([AtomicU64; WAYS]);
 
 /// The table and its bookkeeping; absent when the cache size is 0.
 struct Cache {
@@ -493,6 +504,9 @@ impl Cache {
             let slots = WAYS << self.set_bits;
             Table {
                 slots: (0..slots).map(|_| Atomic::null()).collect(),
+                tags: (0..1usize << self.set_bits)
+                    .map(|_| Tags::default())
+                    .collect(),
                 door: (0..(slots * DOOR_BITS_PER_SLOT).div_ceil(64))
                     .map(|_| AtomicU64::new(0))
                     .collect(),
@@ -643,7 +657,12 @@ impl Cache {
         let key = text.as_bytes();
         let h = hash(key);
         let guard = &epoch::pin();
-        for slot in self.set_of(self.table(), h) {
+        let table = self.table();
+        let tags = &table.tags[self.set_index(h)].0;
+        for (slot, tag) in self.set_of(table, h).iter().zip(tags) {
+            if tag.load(Relaxed) != h {
+                continue;
+            }
             // SAFETY: as in `lookup_into`: loaded under `guard`, freed only after it unpins.
             let Some(e) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
                 continue;
@@ -656,9 +675,14 @@ impl Cache {
         None
     }
 
+    /// The set `h` falls in.
+    fn set_index(&self, h: u64) -> usize {
+        (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1)
+    }
+
     /// The slots of the set `h` falls in.
     fn set_of<'t>(&self, table: &'t Table, h: u64) -> &'t [Atomic<Entry>] {
-        let set = (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1);
+        let set = self.set_index(h);
         &table.slots[set * WAYS..(set + 1) * WAYS]
     }
 
@@ -793,13 +817,15 @@ impl Cache {
         if charged {
             Stripe::bump(&stripe.window_stores);
         }
-        self.publish(&slots[way], old, entry, evicting, stripe, guard);
+        let tag = &table.tags[self.set_index(h)].0[way];
+        self.publish((&slots[way], tag), old, entry, evicting, stripe, guard);
     }
 
-    /// Swaps `entry` into `slot` if it still holds `old`, and retires `old`.
+    /// Swaps `entry` into `slot` if it still holds `old`, sets the slot's tag, and retires
+    /// `old`.
     fn publish(
         &self,
-        slot: &Atomic<Entry>,
+        (slot, tag): (&Atomic<Entry>, &AtomicU64),
         old: Shared<'_, Entry>,
         entry: Entry,
         evicting: bool,
@@ -813,6 +839,18 @@ impl Cache {
         {
             // Another lookup stored first; its entry is as good as ours.
             return;
+        }
+        // The tag of whatever the slot holds now, checked again after the store: of two
+        // lookups storing in turn, the one that stores its tag last then sees the entry it
+        // tagged still there, or tags again. So the last tag stored is the entry's. (SeqCst:
+        // a tag store must not pass the load after it, or an older tag could land last.)
+        loop {
+            let now = slot.load(SeqCst, guard);
+            // SAFETY: loaded under `guard` (see `lookup_into`).
+            tag.store(unsafe { now.as_ref() }.map_or(0, |e| e.hash), SeqCst);
+            if slot.load(SeqCst, guard) == now {
+                break;
+            }
         }
         self.bytes.fetch_add(new_bytes, Relaxed);
         // SAFETY: `old` was loaded under `guard` (see `lookup_into`).
