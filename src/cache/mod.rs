@@ -9,8 +9,10 @@
 //!    within the lookup, and a lookup that starts after a write has returned sees that write.
 //!    The rule and its proof are at [`Cached::write`].
 //! 2. **A hit takes no lock and allocates nothing but the returned list.** The table is a fixed
-//!    array of sets of [`WAYS`] slots, each a `crossbeam_epoch::Atomic<Entry>`: a hit pins,
-//!    loads, compares and copies the ids out; a miss that stores an entry swaps it in with one
+//!    array of sets of [`WAYS`] slots, each a `crossbeam_epoch::Atomic<Entry>`, with the set's
+//!    topic hashes on one cache line beside them: a hit pins, finds its hash, loads that
+//!    entry, compares and copies the ids out (or hands the entry's stamp to a caller that
+//!    kept what it made of them: `Matcher::lookup_str_stamped`); a miss that stores an entry swaps it in with one
 //!    CAS and retires the old one with `defer_destroy`. Entries are immutable once published,
 //!    but for the counts through which they are known true, which hits move forward.
 //! 3. **It never makes a cold workload slow.** On a wide topic space (`users.<id>.events` with
