@@ -58,7 +58,85 @@ struct Node {
     words: Map<Box<str>, NodeId>,
     one: Option<NodeId>,
     many: Option<NodeId>,
-    subscribers: Set<SubscriberId>,
+    subscribers: Subscribers,
+}
+
+/// A node's subscribers, in a vector that a lookup copies whole (`extend_from_slice`, where
+/// walking a hash set's buckets cost it most of its time on answers of hundreds); past
+/// [`INDEXED_FROM`] ids, with each id's position beside them, so that removing one of a
+/// million stays O(1) (a `swap_remove` and one position moved).
+#[derive(Debug, Default)]
+struct Subscribers {
+    ids: Vec<SubscriberId>,
+    at: Option<Box<Map<SubscriberId, u32>>>,
+}
+
+/// Ids from which a node's subscribers are indexed by position; under half of it the index is
+/// dropped again.
+const INDEXED_FROM: usize = 32;
+
+impl Subscribers {
+    fn position(&self, id: SubscriberId) -> Option<usize> {
+        match &self.at {
+            Some(at) => at.get(&id).map(|&i| i as usize),
+            None => self.ids.iter().position(|&x| x == id),
+        }
+    }
+
+    fn contains(&self, id: SubscriberId) -> bool {
+        self.position(id).is_some()
+    }
+
+    /// Adds `id`; `false` if it was there.
+    fn insert(&mut self, id: SubscriberId) -> bool {
+        if self.contains(id) {
+            return false;
+        }
+        let i = u32::try_from(self.ids.len()).expect("a node holds under 2^32 subscribers");
+        self.ids.push(id);
+        match &mut self.at {
+            Some(at) => {
+                at.insert(id, i);
+            }
+            None if self.ids.len() >= INDEXED_FROM => {
+                self.at = Some(Box::new(
+                    self.ids.iter().zip(0..).map(|(&x, i)| (x, i)).collect(),
+                ));
+            }
+            None => {}
+        }
+        true
+    }
+
+    /// Removes `id`; `false` if it was not there.
+    fn remove(&mut self, id: SubscriberId) -> bool {
+        let Some(i) = self.position(id) else {
+            return false;
+        };
+        self.ids.swap_remove(i);
+        if let Some(at) = &mut self.at {
+            at.remove(&id);
+            if let Some(&moved) = self.ids.get(i) {
+                at.insert(moved, i as u32);
+            }
+            if self.ids.len() < INDEXED_FROM / 2 {
+                self.at = None;
+            }
+        }
+        if self.ids.is_empty() {
+            // A pruned or emptied node keeps no allocation.
+            self.ids = Vec::new();
+        }
+        true
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    fn as_slice(&self) -> &[SubscriberId] {
+        &self.ids
+    }
 }
 
 /// A set of live nodes during a lookup.
@@ -200,7 +278,7 @@ impl Inner {
     /// Whether `id` is subscribed to the pattern with these keys.
     fn holds(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
         self.find(keys)
-            .is_some_and(|node| self.nodes[node as usize].subscribers.contains(&id))
+            .is_some_and(|node| self.nodes[node as usize].subscribers.contains(id))
     }
 
     /// Adds the pair; `true` if it was not there.
@@ -305,7 +383,7 @@ impl Inner {
     /// Removes `id` from `node` and prunes what that leaves empty; false if the node did not
     /// hold the id. The caller keeps `by_subscriber` in step.
     fn remove(&mut self, node: NodeId, id: SubscriberId) -> bool {
-        if !self.nodes[node as usize].subscribers.remove(&id) {
+        if !self.nodes[node as usize].subscribers.remove(id) {
             return false;
         }
         self.len -= 1;
@@ -333,7 +411,7 @@ impl Inner {
     /// Appends the subscribers of every pattern matching `topic`, possibly more than once.
     fn collect(&self, dialect: Dialect, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         for &id in &self.walk(dialect, topic) {
-            out.extend(&self.nodes[id as usize].subscribers);
+            out.extend_from_slice(self.nodes[id as usize].subscribers.as_slice());
         }
     }
 
@@ -351,28 +429,37 @@ impl Inner {
         }
         for (pos, word) in topic.words().iter().enumerate() {
             next.clear();
+            // Whether a many-words wildcard went in: only those reach a node twice (one that
+            // absorbs the word and is entered again, or is the end of two chains). Without
+            // one, each node put in is a child of a different live node or through a
+            // different edge, and the live nodes need no sorting to be each once.
+            let mut many = false;
             for &id in &live {
                 let n = &self.nodes[id as usize];
                 let wildcards_allowed = !(pos == 0 && topic.is_dollar());
                 if n.edge == Edge::Many {
                     // A many-words wildcard absorbs this word too.
                     next.push(id);
+                    many = true;
                 }
                 if let Some(&c) = n.words.get(*word) {
-                    self.enter(c, zero_or_more, &mut next);
+                    many |= self.enter(c, zero_or_more, &mut next);
                 }
                 if wildcards_allowed {
                     if let Some(c) = n.one {
-                        self.enter(c, zero_or_more, &mut next);
+                        many |= self.enter(c, zero_or_more, &mut next);
                     }
                     if let (false, Some(c)) = (zero_or_more, n.many) {
                         // NATS `>`: the wildcard takes this word as its first.
                         next.push(c);
+                        many = true;
                     }
                 }
             }
-            next.sort_unstable();
-            next.dedup();
+            if many {
+                next.sort_unstable();
+                next.dedup();
+            }
             std::mem::swap(&mut live, &mut next);
             if live.is_empty() {
                 break;
@@ -382,15 +469,20 @@ impl Inner {
     }
 
     /// Adds `node` to the live set, and the chain of wildcards below it when `#` may match
-    /// nothing (`a.#.#` reaches both wildcards without reading a word).
-    fn enter(&self, mut node: NodeId, zero_or_more: bool, live: &mut Nodes) {
+    /// nothing (`a.#.#` reaches both wildcards without reading a word); `true` if there was
+    /// such a chain.
+    #[inline(always)]
+    fn enter(&self, mut node: NodeId, zero_or_more: bool, live: &mut Nodes) -> bool {
         live.push(node);
+        let mut chain = false;
         if zero_or_more {
             while let Some(many) = self.nodes[node as usize].many {
                 live.push(many);
                 node = many;
+                chain = true;
             }
         }
+        chain
     }
 }
 
@@ -483,7 +575,12 @@ impl Matcher for Trie {
                 continue;
             }
             let text = inner.pattern_text(self.dialect, node as NodeId);
-            pairs.extend(n.subscribers.iter().map(|&id| (text.clone(), id)));
+            pairs.extend(
+                n.subscribers
+                    .as_slice()
+                    .iter()
+                    .map(|&id| (text.clone(), id)),
+            );
         }
         pairs
     }
@@ -496,6 +593,46 @@ mod tests {
     fn live_nodes(t: &Trie) -> usize {
         let inner = t.read();
         inner.nodes.len() - inner.free.len()
+    }
+
+    #[test]
+    fn a_nodes_subscribers_stay_a_set_across_the_index() {
+        // Up past the index and down under half of it, removing from the front, the middle
+        // and the end; checked against a set after every step.
+        let mut subs = Subscribers::default();
+        let mut want = std::collections::BTreeSet::new();
+        let check = |subs: &Subscribers, want: &std::collections::BTreeSet<SubscriberId>| {
+            let mut got = subs.as_slice().to_vec();
+            got.sort_unstable();
+            assert_eq!(got, want.iter().copied().collect::<Vec<_>>());
+            for id in 0..120 {
+                assert_eq!(subs.contains(id), want.contains(&id), "{id}");
+            }
+            if want.len() >= INDEXED_FROM {
+                assert!(subs.at.is_some());
+            }
+            if want.len() < INDEXED_FROM / 2 {
+                assert!(subs.at.is_none());
+            }
+            if let Some(at) = &subs.at {
+                assert_eq!(at.len(), subs.ids.len());
+                assert!(at.iter().all(|(&id, &i)| subs.ids[i as usize] == id));
+            }
+        };
+        for id in (0..100).rev() {
+            assert!(subs.insert(id));
+            assert!(!subs.insert(id));
+            want.insert(id);
+            check(&subs, &want);
+        }
+        assert!(subs.at.is_some());
+        for id in (0..100).step_by(3).chain((0..100).filter(|i| i % 3 != 0)) {
+            assert!(subs.remove(id));
+            assert!(!subs.remove(id));
+            want.remove(&id);
+            check(&subs, &want);
+        }
+        assert!(subs.is_empty() && subs.ids.capacity() == 0);
     }
 
     #[test]

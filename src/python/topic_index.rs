@@ -344,35 +344,42 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         })
     }
 
-    /// The ids of one topic, and their stamp if a result cache stored them, with the GIL held
-    /// or not by the rule for single lookups.
-    fn ids_of(
-        &self,
-        py: Python<'_>,
-        text: &str,
-    ) -> PyResult<(Vec<SubscriberId>, Option<AnswerStamp>)> {
+    /// The ids of one topic, with the GIL held or not by the rule for single lookups.
+    fn ids_of(&self, py: Python<'_>, text: &str) -> PyResult<Vec<SubscriberId>> {
         let core = &self.core;
         let mut ids = Vec::new();
         // The topic is parsed inside the core, and only if a result cache cannot answer it.
-        let stamp = gil::run_estimated(py, self.lookup_estimate(), || {
-            core.lookup_str_stamped(text, &mut ids, &mut |_, _| false)
+        gil::run_estimated(py, self.lookup_estimate(), || {
+            core.lookup_str_into(text, &mut ids)
         })
         .map_err(to_py)?;
-        Ok((ids, stamp))
+        Ok(ids)
     }
 
     pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let py = topic.py();
         let text = utf8(topic, Kind::Topic)?;
+        let (core, registry) = (&self.core, &self.registry);
         let guard = crossbeam_epoch::pin();
-        let (ids, stamp) = self.ids_of(py, text)?;
+        let mut ids = Vec::new();
+        // A stored answer whose tuple the registry keeps is not copied out of the core.
+        let mut kept = None;
+        let stamp = gil::run_estimated(py, self.lookup_estimate(), || {
+            let mut known = |stamp, ids: &[SubscriberId]| {
+                kept = registry.stamped(stamp, ids.len());
+                kept.is_some()
+            };
+            core.lookup_str_stamped(text, &mut ids, &mut known)
+        })
+        .map_err(to_py)?;
         let found = Found {
             topic: text,
             ids: &ids,
             stamp,
-            kept: None,
+            kept: kept.as_ref(),
         };
         let list = self.registry.answer(py, found);
+        drop(kept);
         drop(guard);
         list
     }
@@ -565,7 +572,7 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// How many subscribers `topic` reaches: a lookup that makes no Python object.
     pub(crate) fn count(&self, topic: &Bound<'_, PyAny>) -> PyResult<usize> {
         let text = utf8(topic, Kind::Topic)?;
-        Ok(self.ids_of(topic.py(), text)?.0.len())
+        Ok(self.ids_of(topic.py(), text)?.len())
     }
 
     /// How many subscribers each topic reaches, computed as `lookup_many` computes its lists.
