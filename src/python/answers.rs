@@ -235,7 +235,8 @@ impl Answers {
     /// Keeps `tuple`, the objects of `ids` (all live when read, after the release count
     /// `released` stood at `releases`), as the answer `key` names (of hash `h`), unless that
     /// would pass the budget. It takes the answer's own slot if it has one, else an empty one,
-    /// else one picked by the hash's low bits.
+    /// else one picked by the hash's low bits. What it lets go of goes into `stale`, to be
+    /// dropped by the caller once it holds no lock.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn keep(
         &self,
@@ -245,6 +246,7 @@ impl Answers {
         releases: u64,
         released: &AtomicU64,
         tuple: Py<PyTuple>,
+        stale: &mut Stale,
     ) {
         let Some(tables) = self.tables.get() else {
             return;
@@ -279,10 +281,9 @@ impl Answers {
             lock(&tables.used).push(index);
         }
         drop(slot);
-        // Dropped out of the lock: they may run a subscriber's `__del__`.
         if let Some(old) = old {
             self.held.fetch_sub(old.len, Relaxed);
-            drop(old);
+            stale.0.push(old);
         }
         if released.load(Acquire) != releases {
             // A release came while this was made, and may have cleared the slots before this
@@ -292,7 +293,7 @@ impl Answers {
                 let mine = slot.take();
                 drop(slot);
                 self.held.fetch_sub(ids.len(), Relaxed);
-                drop(mine);
+                stale.0.extend(mine);
             }
         }
     }

@@ -23,17 +23,27 @@
 //! that runs Python code (a `gc.callbacks` entry, a finalizer) and lets another thread take
 //! the interpreter: so it too is taken detached when it must wait, or a writer holding the
 //! interpreter would wait forever for a reader waiting for the interpreter.
+//!
+//! Neither lock is held while Python code runs that could reach this registry again on the
+//! same thread: a finalizer that unsubscribes, run by a collection that an allocation under
+//! the read of `objects` started, would wait for the write of `objects` behind its own
+//! thread's read, forever. So both are held with the cyclic collector paused ([`Reading`],
+//! [`SlotsHeld`]), and what a conversion lets go of (kept answers replaced or stale) is
+//! dropped once the lock is let go. Python code the `dict` runs under `slots` (a subscriber's
+//! `__hash__` or `__eq__`) is the subscriber's own; one that calls the matcher back is not
+//! supported.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Release};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
 use pyo3::prelude::*;
 use pyo3::sync::{MutexExt, RwLockExt};
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 
-use super::answers::{Answers, KeptTuple, Key, Stale, MIN_IDS};
+use super::answers::{Answers, CollectorPaused, KeptTuple, Key, Stale, MIN_IDS};
 use crate::groups::GROUP_BIT;
 use crate::matcher::{AnswerStamp, SubscriberId};
 
@@ -106,8 +116,37 @@ pub(crate) struct Registry {
     free: Arc<Mutex<Vec<SubscriberId>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The table of objects, read for a conversion (see the module's "Locks"): the cyclic
+/// collector is paused while it is held, and kept answers let go meanwhile wait in `stale`.
+/// Fields drop in order: the lock is let go, the collector resumes, then the answers go (a
+/// tuple's last reference may run a finalizer).
+struct Reading<'a, 'py> {
+    objects: RwLockReadGuard<'a, Vec<Option<Py<PyAny>>>>,
+    _paused: CollectorPaused<'py>,
+    stale: Stale,
+}
+
+/// `slots`, locked with the cyclic collector paused (see the module's "Locks").
+struct SlotsHeld<'a, 'py> {
+    slots: MutexGuard<'a, Slots>,
+    _paused: CollectorPaused<'py>,
+}
+
+impl Deref for SlotsHeld<'_, '_> {
+    type Target = Slots;
+    fn deref(&self) -> &Slots {
+        &self.slots
+    }
+}
+
+impl DerefMut for SlotsHeld<'_, '_> {
+    fn deref_mut(&mut self) -> &mut Slots {
+        &mut self.slots
+    }
 }
 
 impl Registry {
@@ -123,13 +162,36 @@ impl Registry {
         }
     }
 
-    /// The id of `obj` if it is a subscriber now.
-    pub(crate) fn id_of(&self, obj: &Bound<'_, PyAny>) -> PyResult<Option<SubscriberId>> {
-        let py = obj.py();
-        let _slots = self
+    /// `slots`, locked; the collector is paused once the lock is held (pausing first would
+    /// leave it paused for the threads that run while this one waits detached).
+    fn lock_slots<'py>(&self, py: Python<'py>) -> SlotsHeld<'_, 'py> {
+        let slots = self
             .slots
             .lock_py_attached(py)
             .unwrap_or_else(PoisonError::into_inner);
+        SlotsHeld {
+            slots,
+            _paused: CollectorPaused::new(py),
+        }
+    }
+
+    /// The table of objects, read for a conversion; as [`Registry::lock_slots`].
+    fn read_objects<'py>(&self, py: Python<'py>) -> Reading<'_, 'py> {
+        let objects = self
+            .objects
+            .read_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        Reading {
+            objects,
+            _paused: CollectorPaused::new(py),
+            stale: Stale::default(),
+        }
+    }
+
+    /// The id of `obj` if it is a subscriber now.
+    pub(crate) fn id_of(&self, obj: &Bound<'_, PyAny>) -> PyResult<Option<SubscriberId>> {
+        let py = obj.py();
+        let _slots = self.lock_slots(py);
         match self.ids.bind(py).get_item(obj)? {
             Some(id) => Ok(Some(id.extract()?)),
             None => Ok(None),
@@ -141,10 +203,7 @@ impl Registry {
     pub(crate) fn pin(&self, obj: &Bound<'_, PyAny>) -> PyResult<SubscriberId> {
         let py = obj.py();
         obj.hash()?; // unhashable subscribers fail here, with Python's own TypeError
-        let mut slots = self
-            .slots
-            .lock_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut slots = self.lock_slots(py);
         let slots = &mut *slots;
         let ids = self.ids.bind(py);
         if let Some(id) = ids.get_item(obj)? {
@@ -231,10 +290,7 @@ impl Registry {
         }
         // Declared first, so dropped after the lock is let go.
         let mut released = Released::default();
-        let mut slots = self
-            .slots
-            .lock_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut slots = self.lock_slots(py);
         let count = &mut slots.counts[id as usize];
         *count = count.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
         if *count == 0 {
@@ -282,10 +338,7 @@ impl Registry {
     /// Records a new snapshot sharing this registry; returns its number, for
     /// [`Registry::drop_snapshot`].
     pub(crate) fn add_snapshot(&self, py: Python<'_>) -> u64 {
-        let mut slots = self
-            .slots
-            .lock_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut slots = self.lock_slots(py);
         let n = slots.next_snapshot;
         slots.next_snapshot += 1;
         slots.snapshots.insert(n);
@@ -297,10 +350,7 @@ impl Registry {
     pub(crate) fn drop_snapshot(&self, py: Python<'_>, n: u64) {
         // Declared first, so dropped after the lock is let go.
         let mut released = Released::default();
-        let mut slots = self
-            .slots
-            .lock_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut slots = self.lock_slots(py);
         slots.snapshots.remove(&n);
         let oldest = slots.snapshots.first().copied().unwrap_or(u64::MAX);
         while let Some(&(taken, id)) = slots.pending.front() {
@@ -329,11 +379,8 @@ impl Registry {
         found: Found<'_>,
     ) -> PyResult<Bound<'py, PyList>> {
         let releases = self.releases.load(Acquire);
-        let objects = self
-            .objects
-            .read_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
-        self.answer_of(py, &objects, releases, found)
+        let mut reading = self.read_objects(py);
+        self.answer_of(py, &mut reading, releases, found)
     }
 
     /// One list per answer, under one read of the table: a batch's conversion. Same guard
@@ -344,12 +391,9 @@ impl Registry {
         found: impl Iterator<Item = Found<'a>>,
     ) -> PyResult<Vec<Bound<'py, PyList>>> {
         let releases = self.releases.load(Acquire);
-        let objects = self
-            .objects
-            .read_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut reading = self.read_objects(py);
         found
-            .map(|f| self.answer_of(py, &objects, releases, f))
+            .map(|f| self.answer_of(py, &mut reading, releases, f))
             .collect()
     }
 
@@ -358,16 +402,16 @@ impl Registry {
     fn answer_of<'py>(
         &self,
         py: Python<'py>,
-        objects: &[Option<Py<PyAny>>],
+        reading: &mut Reading<'_, 'py>,
         releases: u64,
         found: Found<'_>,
     ) -> PyResult<Bound<'py, PyList>> {
         if let Some(kept) = found.kept {
             return kept.bind(py).as_sequence().to_list();
         }
-        match self.kept(py, objects, releases, found)? {
+        match self.kept(py, reading, releases, found)? {
             Some(tuple) => tuple.as_sequence().to_list(),
-            None => list_of(py, objects, found.ids),
+            None => list_of(py, &reading.objects, found.ids),
         }
     }
 
@@ -378,7 +422,7 @@ impl Registry {
     fn kept<'py>(
         &self,
         py: Python<'py>,
-        objects: &[Option<Py<PyAny>>],
+        reading: &mut Reading<'_, 'py>,
         releases: u64,
         found: Found<'_>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
@@ -394,6 +438,7 @@ impl Registry {
         if !self.answers.wants(h, key, ids) {
             return Ok(None);
         }
+        let objects = &reading.objects;
         let live: Option<Vec<&Py<PyAny>>> = ids.iter().map(|&id| live(objects, id)).collect();
         let Some(live) = live else {
             return Ok(None);
@@ -406,13 +451,13 @@ impl Registry {
             releases,
             &self.releases,
             tuple.clone().unbind(),
+            &mut reading.stale,
         );
         if let Key::Stamp(_) = key {
             // The topic's answer is stored now: a tuple kept under its topic before (while
             // the cache had not stored it yet) would only hold budget and a slot.
-            let mut stale = Stale::default();
-            self.answers.forget(Key::Topic(found.topic), &mut stale);
-            drop(stale);
+            self.answers
+                .forget(Key::Topic(found.topic), &mut reading.stale);
         }
         Ok(Some(tuple))
     }
@@ -440,10 +485,7 @@ impl Registry {
     ) -> PyResult<()> {
         let py = flat.py();
         let releases = self.releases.load(Acquire);
-        let objects = self
-            .objects
-            .read_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut reading = self.read_objects(py);
         for f in found {
             let end = flat.len();
             if let Some(kept) = f.kept {
@@ -451,11 +493,11 @@ impl Registry {
                 ends.push(flat.len());
                 continue;
             }
-            match self.kept(py, &objects, releases, f)? {
+            match self.kept(py, &mut reading, releases, f)? {
                 Some(tuple) => flat.set_slice(end, end, tuple.as_any())?,
                 None => {
                     // A released id is skipped, as in `list_of`.
-                    for o in f.ids.iter().filter_map(|&id| live(&objects, id)) {
+                    for o in f.ids.iter().filter_map(|&id| live(&reading.objects, id)) {
                         flat.append(o.bind(py))?;
                     }
                 }
@@ -471,11 +513,7 @@ impl Registry {
         py: Python<'py>,
         ids: &[SubscriberId],
     ) -> PyResult<Bound<'py, PyList>> {
-        let objects = self
-            .objects
-            .read_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
-        list_of(py, &objects, ids)
+        list_of(py, &self.read_objects(py).objects, ids)
     }
 
     /// Appends the subscribers of `ids` as `i64`s to `values`, read without the GIL under one
@@ -508,11 +546,7 @@ impl Registry {
         py: Python<'py>,
         id: SubscriberId,
     ) -> Option<Bound<'py, PyAny>> {
-        let objects = self
-            .objects
-            .read_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
-        live(&objects, id).map(|o| o.bind(py).clone())
+        live(&self.read_objects(py).objects, id).map(|o| o.bind(py).clone())
     }
 }
 

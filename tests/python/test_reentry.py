@@ -138,3 +138,89 @@ def test_a_collection_may_start_a_batch_while_a_batch_makes_its_lists(cls, call)
     assert nested, "no collection ran during the batches"
     for result in nested:
         assert answers(result) == [["x", "y"]] * 40
+
+
+def _writes_during_collections(m, call) -> int:
+    """Runs `call` on a thread of its own with a collection started by nearly every allocation,
+    each collection (on that thread) subscribing or unsubscribing on `m`, as a finalizer
+    run by the collection would (a client session in a reference cycle that unsubscribes its
+    queue when freed). Returns how many writes ran."""
+    writes = 0
+
+    def during_collection(phase: str, info: dict) -> None:
+        nonlocal writes
+        if phase != "start" or threading.get_ident() != caller or writes >= 400:
+            return
+        if writes % 2 == 0:
+            m.subscribe("audit.#", f"session-{writes}")
+        else:
+            m.unsubscribe("audit.#", f"session-{writes - 1}")
+        writes += 1
+
+    caller = None
+
+    def run() -> None:
+        nonlocal caller
+        caller = threading.get_ident()
+        old = gc.get_threshold()
+        gc.set_threshold(1)
+        gc.callbacks.append(during_collection)
+        try:
+            call()
+        finally:
+            gc.callbacks.remove(during_collection)
+            gc.set_threshold(*old)
+
+    _finishes(run)
+    return writes
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("call", ["lookup", "lookup_many", "lookup_flat"])
+@pytest.mark.parametrize("fanout", [3, 40], ids=["short", "kept"])
+def test_a_collection_during_a_lookup_may_write_to_the_matcher(cls, call, fanout):
+    """A lookup's conversion reads the registry's table of objects, and its allocations may
+    start a collection; a finalizer (here a collector callback) that subscribes or
+    unsubscribes writes to that table. The collection waits until the conversion lets the
+    table go, instead of the write waiting forever behind its own thread's read. Answers of 40
+    subscribers are kept as tuples, made and replaced during the conversions, as well."""
+    m = cls("amqp")
+    for i in range(fanout):
+        m.subscribe("t.*", f"q{i}")
+    topics = [f"t.{i % 7}" for i in range(300)]
+    want = sorted(f"q{i}" for i in range(fanout))
+    results: list[list[str]] = []
+
+    def look() -> None:
+        for _ in range(3):
+            if call == "lookup":
+                results.extend(m.lookup(t) for t in topics[:100])
+            elif call == "lookup_many":
+                results.extend(m.lookup_many(topics))
+            else:
+                flat, ends = m.lookup_flat(topics)
+                results.extend(flat[a:b] for a, b in itertools.pairwise(ends))
+
+    writes = _writes_during_collections(m, look)
+    assert writes > 0
+    assert results
+    assert all(sorted(r) == want for r in results)
+    assert sorted(m.subscriptions()) == sorted(
+        [("t.*", f"q{i}") for i in range(fanout)] + _left_by(writes)
+    )
+
+
+def _left_by(writes: int) -> list[tuple[str, str]]:
+    """The subscription `_writes_during_collections` leaves after `writes` writes: the last
+    one's, when it was a subscribe."""
+    return [("audit.#", f"session-{writes - 1}")] if writes % 2 else []
+
+
+def test_a_collection_during_subscribe_many_may_write_to_the_matcher():
+    """`subscribe_many` holds the registry's slots while it hands out ids, and registering an
+    id allocates; the collections it starts subscribe and unsubscribe on the same matcher."""
+    m = tm.CSTrie("amqp")
+    pairs = [(f"p.{i}", f"s{i}") for i in range(500)]
+    writes = _writes_during_collections(m, lambda: m.subscribe_many(pairs))
+    assert writes > 0
+    assert sorted(m.subscriptions()) == sorted(pairs + _left_by(writes))
