@@ -993,11 +993,16 @@ impl<M: Matcher> Matcher for Cached<M> {
     /// an entry of its own, and the matcher behind is always current.
     fn has_interest_str(&self, topic: &str) -> Result<bool> {
         if let Some(c) = &self.cache {
-            let mut out = Vec::new();
-            if c.hit(self.dialect(), topic, &mut out, &mut |_, _| false)
+            // The answer is looked at where it is stored, not copied out.
+            let mut any = false;
+            let mut known = |_, ids: &[SubscriberId]| {
+                any = !ids.is_empty();
+                true
+            };
+            if c.hit(self.dialect(), topic, &mut Vec::new(), &mut known)
                 .is_some()
             {
-                return Ok(!out.is_empty());
+                return Ok(any);
             }
         }
         self.inner.has_interest_str(topic)
@@ -1057,6 +1062,21 @@ mod tests {
         assert_eq!(m.lookup_str("a.b").unwrap(), [3]);
         let s = m.cache_stats();
         assert_eq!((s.hits, s.misses, s.topics), (2, 4, 1));
+    }
+
+    #[test]
+    fn interest_is_read_from_the_stored_answer_empty_or_not() {
+        let m = trie(64);
+        for topic in ["a.b", "b.c", "a.b", "b.c"] {
+            m.lookup_str(topic).unwrap();
+        }
+        let hits = m.cache_stats().hits;
+        assert!(m.has_interest_str("a.b").unwrap());
+        assert!(!m.has_interest_str("b.c").unwrap());
+        assert_eq!(m.cache_stats().hits, hits + 2, "both answered by the cache");
+        m.unsubscribe_str("a.*", 1).unwrap();
+        m.unsubscribe_str("a.#", 2).unwrap();
+        assert!(!m.has_interest_str("a.b").unwrap());
     }
 
     #[test]
