@@ -28,6 +28,12 @@ impl AnswerStamp {
     pub fn get(self) -> u64 {
         self.0.get()
     }
+
+    /// The stamp whose number is `n`, which [`AnswerStamp::get`] of a stamp handed out gave
+    /// (kept by a matcher beside the answer it names).
+    pub(crate) fn from_raw(n: u64) -> Self {
+        AnswerStamp(std::num::NonZeroU64::new(n).expect("a stamp handed out is never 0"))
+    }
 }
 
 /// Asked by [`Matcher::lookup_str_stamped`] whether the caller already holds what it made of

@@ -37,7 +37,7 @@ use smol_str::SmolStr;
 
 use super::nfa::NodeId;
 use crate::cstrie::WordsHasher;
-use crate::matcher::SubscriberId;
+use crate::matcher::{AnswerStamp, SubscriberId};
 use crate::sync::{AtomicU64, AtomicUsize, Mutex, RwLock, UnsafeCell};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
@@ -145,9 +145,9 @@ impl State {
 
     /// The answer through the copy; `None` if there is none.
     #[inline]
-    pub(crate) fn answer<'g>(&self, guard: &'g Guard) -> Option<&'g [SubscriberId]> {
+    pub(crate) fn answer<'g>(&self, guard: &'g Guard) -> Option<&'g Accept> {
         // SAFETY: as in `probe`: an answer is retired after its copy was replaced.
-        unsafe { self.answer.load(Acquire, guard).as_ref() }.map(ids)
+        unsafe { self.answer.load(Acquire, guard).as_ref() }
     }
 
     /// Copies where `d`'s table and answer are. Called by whoever just published `d`: the
@@ -203,13 +203,21 @@ pub(crate) struct Derived {
 
 /// The subscribers of a state's nodes, each once: one allocation, its length beside them
 /// (crossbeam's array of `MaybeUninit`), so that reading it is one load more than its
-/// pointer. Made by [`accept`], read by [`ids`].
+/// pointer. Its first [`STAMP_WORDS`] elements hold its [`AnswerStamp`]: an answer's ids
+/// never change (a write swaps in a new answer), so the stamp names them for good, and a
+/// caller that holds what it made of them is not handed them again
+/// (`Matcher::lookup_str_stamped`). Made by [`accept`], read by [`ids`] and [`stamp`].
 pub(crate) type Accept = [MaybeUninit<SubscriberId>];
 
-/// An answer holding `from`.
+/// Elements of an [`Accept`] before its ids: its stamp, low half first.
+const STAMP_WORDS: usize = 2;
+
+/// An answer holding `from`, with a stamp of its own.
 fn accept(from: &[SubscriberId]) -> Owned<Accept> {
-    let mut a = Owned::<Accept>::init(from.len());
-    for (slot, &id) in a.iter_mut().zip(from) {
+    let mut a = Owned::<Accept>::init(STAMP_WORDS + from.len());
+    let n = AnswerStamp::fresh().get();
+    let stamp = [n as SubscriberId, (n >> 32) as SubscriberId];
+    for (slot, &id) in a.iter_mut().zip(stamp.iter().chain(from)) {
         slot.write(id);
     }
     a
@@ -219,7 +227,14 @@ fn accept(from: &[SubscriberId]) -> Owned<Accept> {
 pub(crate) fn ids(a: &Accept) -> &[SubscriberId] {
     // SAFETY: every element was written by `accept` before the answer could be shared, and
     // `MaybeUninit<u32>` has the layout of `u32`.
-    unsafe { &*(a as *const Accept as *const [SubscriberId]) }
+    unsafe { &*(&a[STAMP_WORDS..] as *const Accept as *const [SubscriberId]) }
+}
+
+/// The stamp of an answer.
+pub(crate) fn stamp(a: &Accept) -> AnswerStamp {
+    // SAFETY: as in `ids`: `accept` wrote the stamp's elements first.
+    let word = |i: usize| u64::from(unsafe { a[i].assume_init() });
+    AnswerStamp::from_raw(word(0) | word(1) << 32)
 }
 
 impl Drop for Derived {
@@ -288,11 +303,12 @@ impl Derived {
         (self.filed.load(Relaxed) + 1) * 2 <= self.edges.len()
     }
 
-    /// Bytes of derived data with `slots` edge slots, words' heap bytes aside.
+    /// Bytes of derived data with `slots` edge slots and an answer of `accept` ids, words'
+    /// heap bytes aside.
     fn bytes(closure: usize, accept: usize, slots: usize) -> usize {
         size_of::<Derived>()
             + size_of::<usize>()
-            + (closure + accept) * size_of::<u32>()
+            + (closure + STAMP_WORDS + accept) * size_of::<u32>()
             + slots * size_of::<Edge>()
     }
 }

@@ -41,12 +41,12 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use self::cache::{
-    ids, word_hash, writer, Built, Counters, Derived, Full, Generation, Probe, State,
+    ids, word_hash, writer, Accept, Built, Counters, Derived, Full, Generation, Probe, State,
 };
 use self::nfa::{Change, Nfa, NodeId, ROOT};
 use crate::dialect::{Dialect, Key, Pattern, Topic};
 use crate::error::Result;
-use crate::matcher::{Matcher, SubscriberId};
+use crate::matcher::{AnswerStamp, Known, Matcher, SubscriberId};
 use crate::sync::{fence, AtomicU64, AtomicUsize, RwLock};
 use smallvec::SmallVec;
 
@@ -231,7 +231,18 @@ impl LazyDfa {
     /// held at `base`, or what the NFA said at one instant in between: the answer is the
     /// answer of one instant. A run that fails the check runs again; after
     /// [`LOOKUP_ATTEMPTS`] runs it takes the read lock first, and then no write can land.
-    fn find(&self, words: &[&str], dollar: bool, out: &mut Vec<SubscriberId>) {
+    ///
+    /// A state's answer is handed over only once its run has passed the check: then `known`
+    /// is asked, with the answer's stamp, whether the caller holds what it made of it
+    /// (`Matcher::lookup_str_stamped`), and the ids are appended only if not. An answer the
+    /// NFA simulated (a run that flushed too often) has no stamp.
+    fn find(
+        &self,
+        words: &[&str],
+        dollar: bool,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Option<AnswerStamp> {
         let guard = self.pin();
         let start = out.len();
         let mut used = Used::new();
@@ -240,21 +251,26 @@ impl LazyDfa {
             // A write under way (odd count) counts as later than the run's start.
             let base = self.version.load(Acquire) & !1;
             used.clear();
-            self.run(words, dollar, &guard, &mut lock, &mut used, out);
-            if lock.is_some() && attempt == LOOKUP_ATTEMPTS {
-                // Locked from its start: no write landed, nothing to check.
-                return;
-            }
+            let answer = self.run(words, dollar, &guard, &mut lock, &mut used, out);
+            // Locked from its start, no write landed: nothing to check.
+            let locked = lock.is_some() && attempt == LOOKUP_ATTEMPTS;
             fence(Acquire);
-            if used.iter().all(|s| s.stamp.load(Relaxed) <= base) {
-                return;
+            if locked || used.iter().all(|s| s.stamp.load(Relaxed) <= base) {
+                let answer = answer?;
+                let (stamp, ids) = (cache::stamp(answer), cache::ids(answer));
+                if !known(stamp, ids) {
+                    out.extend_from_slice(ids);
+                }
+                return Some(stamp);
             }
             out.truncate(start);
         }
+        unreachable!("the last run holds the read lock from its start")
     }
 
     /// One run of a lookup: the DFA, flushing its cache when full, and the NFA after
-    /// [`MAX_FLUSHES`] flushes.
+    /// [`MAX_FLUSHES`] flushes. Returns the answer of the state the topic ends in, or `None`
+    /// when nothing matches, or when the NFA's answer went to `out`.
     fn run<'g, 'a>(
         &'a self,
         words: &[&str],
@@ -263,13 +279,13 @@ impl LazyDfa {
         lock: &mut Option<ReadGuard<'a>>,
         used: &mut Used<'g>,
         out: &mut Vec<SubscriberId>,
-    ) {
+    ) -> Option<&'g Accept> {
         let start = out.len();
         let mut flushes = 0;
         loop {
             let gen = self.cache.load(Acquire, guard);
-            match self.walk(gen, words, dollar, guard, lock, used, out) {
-                Ok(()) => return,
+            match self.walk(gen, words, dollar, guard, lock, used) {
+                Ok(answer) => return answer,
                 Err(Miss::Stale) => {
                     out.truncate(start);
                     used.clear();
@@ -282,7 +298,7 @@ impl LazyDfa {
                         self.counters.fallbacks.fetch_add(1, Relaxed);
                         let nfa = lock.as_ref().expect("a full cache is met on the cold path");
                         nfa.simulate(words, dollar, out);
-                        return;
+                        return None;
                     }
                     self.flush(gen, guard);
                 }
@@ -306,8 +322,8 @@ impl LazyDfa {
     }
 
     /// Walks the DFA of `gen` over `words`, building what is missing; files each state it
-    /// reads in `used`.
-    #[allow(clippy::too_many_arguments)]
+    /// reads in `used`. Returns the answer of the state the topic ends in (`None` for the
+    /// dead state).
     fn walk<'g, 'a>(
         &'a self,
         gen: Shared<'g, Generation>,
@@ -316,8 +332,7 @@ impl LazyDfa {
         guard: &'g Guard,
         lock: &mut Option<ReadGuard<'a>>,
         used: &mut Used<'g>,
-        out: &mut Vec<SubscriberId>,
-    ) -> std::result::Result<(), Miss> {
+    ) -> std::result::Result<Option<&'g Accept>, Miss> {
         // SAFETY: the cache pointer is never null, and a generation is freed only after
         // `guard` unpins.
         let g = unsafe { gen.deref() };
@@ -336,7 +351,7 @@ impl LazyDfa {
             let s = unsafe { state.deref() };
             if s.set.is_empty() {
                 // The dead state: no pattern can match any more.
-                return Ok(());
+                return Ok(None);
             }
             used.push(s);
             let hash = word_hash(word);
@@ -363,7 +378,7 @@ impl LazyDfa {
         // SAFETY: as above.
         let s = unsafe { state.deref() };
         if s.set.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         used.push(s);
         let answer = match s.answer(guard) {
@@ -372,11 +387,10 @@ impl LazyDfa {
                 let d = self.derived(gen, s, guard, lock)?;
                 // SAFETY: an answer is retired to the epoch when replaced; never null once
                 // published.
-                ids(unsafe { d.accept.load(Acquire, guard).deref() })
+                unsafe { d.accept.load(Acquire, guard).deref() }
             }
         };
-        out.extend_from_slice(answer);
-        Ok(())
+        Ok(Some(answer))
     }
 
     /// The NFA for the cold path, under the read lock (taken once per run). A run that
@@ -583,7 +597,19 @@ impl Matcher for LazyDfa {
 
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         assert_eq!(topic.dialect(), self.dialect, "topic of another dialect");
-        self.find(topic.words(), topic.is_dollar(), out);
+        self.find(topic.words(), topic.is_dollar(), out, &mut |_, _| false);
+    }
+
+    /// A state's answer carries a stamp (see `cache::Accept`), so a caller that holds what it
+    /// made of it gets no copy of its ids.
+    fn lookup_str_stamped(
+        &self,
+        topic: &str,
+        out: &mut Vec<SubscriberId>,
+        known: Known<'_>,
+    ) -> Result<Option<AnswerStamp>> {
+        let topic = self.dialect.parse_topic(topic)?;
+        Ok(self.find(topic.words(), topic.is_dollar(), out, known))
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
@@ -724,6 +750,65 @@ mod tests {
         let s = m.stats();
         assert!(s.flushes > 0 && s.fallbacks > 0, "{s:?}");
         assert!(s.bytes <= 600 + 256, "{s:?}");
+    }
+
+    /// `lookup_str_stamped` with a `known` that records what it was asked and answers
+    /// `holds`: the stamp, the ids appended (sorted) and the ids asked about (sorted).
+    fn stamped(m: &LazyDfa, t: &str, holds: bool) -> (Option<AnswerStamp>, Vec<u32>, Vec<u32>) {
+        let (mut out, mut asked) = (Vec::new(), Vec::new());
+        let stamp = m
+            .lookup_str_stamped(t, &mut out, &mut |_, ids| {
+                asked = ids.to_vec();
+                holds
+            })
+            .unwrap();
+        out.sort_unstable();
+        asked.sort_unstable();
+        (stamp, out, asked)
+    }
+
+    #[test]
+    fn a_state_answer_keeps_its_stamp_until_a_write_changes_it() {
+        let m = dfa(
+            Dialect::Amqp,
+            DEFAULT_CACHE_BYTES,
+            &[("a.*", 1), ("a.#", 2)],
+        );
+        let (first, out, asked) = stamped(&m, "a.b", false);
+        assert_eq!((out, asked), (vec![1, 2], vec![1, 2]));
+        // Known: asked with the same stamp, nothing appended.
+        let (again, out, asked) = stamped(&m, "a.b", true);
+        assert_eq!((again, out, asked), (first, vec![], vec![1, 2]));
+        // Another topic ending in the same state shares its answer and its stamp.
+        assert_eq!(stamped(&m, "a.c", true).0, first);
+        // A write that leaves the state's answer alone keeps the stamp; one that changes it
+        // makes a new one.
+        m.subscribe_str("x.y", 3).unwrap();
+        assert_eq!(stamped(&m, "a.b", true).0, first);
+        m.subscribe_str("a.b", 4).unwrap();
+        let (after, out, _) = stamped(&m, "a.b", false);
+        assert_ne!(after, first);
+        assert_eq!(out, vec![1, 2, 4]);
+        assert_ne!(
+            stamped(&m, "a.c", false).0,
+            after,
+            "a.c's state did not take id 4"
+        );
+        // No pattern matches: no answer, no stamp, nothing asked.
+        let (none, out, asked) = stamped(&m, "b", true);
+        assert_eq!((none, out, asked), (None, vec![], vec![]));
+        // Answers the NFA simulates, past the flushes a tiny budget forces, have no stamp.
+        let tiny = dfa(
+            Dialect::Mqtt,
+            600,
+            &[("a/+/c", 1), ("a/#", 2), ("+/b/#", 3)],
+        );
+        let fallbacks = tiny.stats().fallbacks;
+        let (stamp, out, _) = stamped(&tiny, "a/b/c", true);
+        assert_eq!(out, vec![1, 2, 3]);
+        if tiny.stats().fallbacks > fallbacks {
+            assert_eq!(stamp, None);
+        }
     }
 
     #[test]

@@ -122,11 +122,20 @@ def test_a_kept_answer_never_outlives_its_subscribers(cls):
         assert m.lookup("a.b") == []
 
 
-@pytest.mark.parametrize("cls", [tm.Trie, tm.CSTrie], ids=lambda c: c.__name__)
-def test_a_cached_large_answer_with_a_group_takes_a_member_in_turn(cls):
-    """A result cache stores the answer with the group in it; the kept tuple of a stored
-    answer must never stand for it, or every message would go to the same member."""
-    m = cls("mqtt", cache_size=64)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tm.Trie("mqtt", cache_size=64),
+        lambda: tm.CSTrie("mqtt", cache_size=64),
+        lambda: tm.LazyDFA("mqtt"),
+    ],
+    ids=["Trie", "CSTrie", "LazyDFA"],
+)
+def test_a_stored_large_answer_with_a_group_takes_a_member_in_turn(make):
+    """A result cache (or a DFA state) stores the answer with the group in it; the kept tuple
+    of a stored answer must never stand for it, or every message would go to the same
+    member."""
+    m = make()
     crowd = [Sub(i) for i in range(CROWD)]
     members = [Sub(1000), Sub(1001)]
     m.subscribe_many([("a/+", s) for s in crowd])
