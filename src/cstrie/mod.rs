@@ -715,9 +715,15 @@ impl CSTrie {
     }
 
     /// The double collect: whether every I-node read (and the root) is unchanged.
+    ///
+    /// Each `m` was read committed, and a committed main node stays committed (its `prev` is
+    /// never set again, gcas.rs), so an I-node whose main node is still `m` is unchanged
+    /// without `gcas_read`'s second load. One whose main node is a pending GCAS counts as
+    /// changed, even if that GCAS would roll back to `m`: a retry too many, never a wrong
+    /// answer.
     fn unchanged<'g>(&self, root: &'g INode, reads: &Reads<'g>, guard: &'g Guard) -> bool {
         std::ptr::eq(self.rdcss_read_root(false, guard), root)
-            && reads.iter().all(|&(x, m)| self.gcas_read(x, guard) == m)
+            && reads.iter().all(|&(x, m)| x.main.load(Acquire, guard) == m)
     }
 
     /// The pattern word a branch key stands for, in this trie's dialect.
