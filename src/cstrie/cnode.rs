@@ -190,6 +190,7 @@ impl CNode {
     /// only then. A level held solo, or holding wildcards only, needs none, and most levels
     /// below the first are solo: hashing every topic word up front was a sixth of a lookup of
     /// the seed.
+    #[inline]
     pub(crate) fn word(&self, w: &str, hash: &mut Option<u64>) -> Option<&Branch> {
         if let Some(solo) = &self.solo {
             return crate::bytes::same(solo.word.as_bytes(), w.as_bytes()).then_some(&solo.branch);
