@@ -167,6 +167,42 @@ def test_a_copied_answer_is_a_list_of_its_own(cls):
 
 
 @pytest.mark.parametrize("enabled", [True, False])
+def test_every_call_leaves_the_collector_as_it_was(enabled):
+    """The registry pauses the collector while it holds its locks (docs/registry.md): every
+    call that takes them, on success and on error, leaves it as the caller had it."""
+    m = tm.CSTrie("mqtt", [("a/+", f"s{i}") for i in range(CROWD)])
+    calls = [
+        lambda: m.lookup("a/b"),
+        lambda: m.lookup_many(["a/b", "a/c"]),
+        lambda: m.lookup_flat(["a/b", "a/c"]),
+        lambda: m.subscribe("b/+", "t"),
+        lambda: m.subscribe_many([("c/+", "t"), ("c/#", "u")]),
+        lambda: m.unsubscribe("b/+", "t"),
+        lambda: m.remove_subscriber("u"),
+        lambda: m.subscriptions(),
+        lambda: m.snapshot().lookup("a/b"),
+    ]
+    failing = [
+        lambda: m.lookup("a/#"),
+        lambda: m.lookup_flat(["a/b", "a/#"]),
+        lambda: m.subscribe_many([("d/+", "t"), ("d/#/x", "t")]),
+        lambda: m.subscribe("e/+", ["unhashable"]),
+    ]
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        for call in calls:
+            call()
+            assert gc.isenabled() is enabled
+        for call in failing:
+            with pytest.raises((tm.InvalidTopic, tm.InvalidPattern, TypeError)):
+                call()
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
 def test_lookup_many_leaves_the_collector_as_it_was(enabled):
     m = tm.Trie("mqtt", [("a/+", f"s{i}") for i in range(CROWD)])
     was = gc.isenabled()
