@@ -356,20 +356,30 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         Ok(ids)
     }
 
+    /// Looks `text` up, appending its ids to `out`, unless what it finds is a stored answer
+    /// whose tuple the registry keeps: that tuple comes back instead, and the core copies no
+    /// id out. Takes no GIL; the caller holds an epoch guard, as for any lookup.
+    fn look_kept(
+        &self,
+        text: &str,
+        out: &mut Vec<SubscriberId>,
+    ) -> crate::Result<(Option<AnswerStamp>, Option<KeptTuple>)> {
+        let mut kept = None;
+        let mut known = |stamp, ids: &[SubscriberId]| {
+            kept = self.registry.stamped(stamp, ids.len());
+            kept.is_some()
+        };
+        let stamp = self.core.lookup_str_stamped(text, out, &mut known)?;
+        Ok((stamp, kept))
+    }
+
     pub(crate) fn lookup<'py>(&self, topic: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let py = topic.py();
         let text = utf8(topic, Kind::Topic)?;
-        let (core, registry) = (&self.core, &self.registry);
         let guard = crossbeam_epoch::pin();
         let mut ids = Vec::new();
-        // A stored answer whose tuple the registry keeps is not copied out of the core.
-        let mut kept = None;
-        let stamp = gil::run_estimated(py, self.lookup_estimate(), || {
-            let mut known = |stamp, ids: &[SubscriberId]| {
-                kept = registry.stamped(stamp, ids.len());
-                kept.is_some()
-            };
-            core.lookup_str_stamped(text, &mut ids, &mut known)
+        let (stamp, kept) = gil::run_estimated(py, self.lookup_estimate(), || {
+            self.look_kept(text, &mut ids)
         })
         .map_err(to_py)?;
         let found = Found {
@@ -428,13 +438,8 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let look = |text: &str| {
             FLAT.with_borrow_mut(|flat| {
                 let start = flat.len();
-                let mut kept = None;
-                let mut known = |stamp, ids: &[SubscriberId]| {
-                    kept = self.registry.stamped(stamp, ids.len());
-                    kept.is_some()
-                };
-                let stamp = match self.core.lookup_str_stamped(text, flat, &mut known) {
-                    Ok(stamp) => stamp,
+                let (stamp, kept) = match self.look_kept(text, flat) {
+                    Ok(found) => found,
                     Err(e) => {
                         flat.truncate(start);
                         return Err(e);
