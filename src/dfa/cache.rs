@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::{size_of, size_of_val, MaybeUninit};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
@@ -121,6 +121,11 @@ pub(crate) enum Probe<'g> {
 }
 
 impl State {
+    /// What a state of `set_len` nodes is charged.
+    fn bytes(set_len: usize) -> usize {
+        size_of::<State>() + set_len * size_of::<NodeId>()
+    }
+
     /// Whether this is the start state of an MQTT `$` topic.
     pub(crate) fn dollar(&self) -> bool {
         self.key & 1 == 1
@@ -301,6 +306,25 @@ impl Derived {
     /// Whether one more key fits at most half full.
     fn has_room(&self) -> bool {
         (self.filed.load(Relaxed) + 1) * 2 <= self.edges.len()
+    }
+
+    /// What this derived data was charged when published: its bytes, its words' heap bytes
+    /// and its state's entries in the holder lists. The writer gives it back when it drops
+    /// or replaces the data, so the budget counts what a generation holds, not what it ever
+    /// held (a writer that swapped answers and widened tables filled the budget with bytes
+    /// long freed, and the next cold lookup flushed every state).
+    fn footprint(&self, guard: &Guard) -> usize {
+        // SAFETY: an answer in place is retired only by the writer, the caller.
+        let accept = ids(unsafe { self.accept.load(Acquire, guard).deref() }).len();
+        let words: usize = self
+            .edges
+            .iter()
+            .filter(|e| e.hash.load(Relaxed) != 0)
+            .map(|e| Edge::word_bytes(e.word()))
+            .sum();
+        Derived::bytes(self.closure.len(), accept, self.edges.len())
+            + words
+            + self.closure.len() * size_of::<StatePtr>()
     }
 
     /// Bytes of derived data with `slots` edge slots and an answer of `accept` ids, words'
@@ -505,6 +529,18 @@ impl Generation {
         }
     }
 
+    /// Counts bytes the writer added. A write is never refused for the budget: the next
+    /// cold lookup that finds the cache full flushes it.
+    fn charge_writer(&self, n: usize) {
+        self.bytes.fetch_add(n, Relaxed);
+    }
+
+    /// Gives back bytes charged to this generation for data the writer retires.
+    fn uncharge(&self, n: usize) {
+        let before = self.bytes.fetch_sub(n, Relaxed);
+        debug_assert!(before >= n, "uncharged {n} of {before} bytes");
+    }
+
     /// The state of `set`, interned: the one already filed, or `set` filed now.
     pub(crate) fn intern<'g>(
         &self,
@@ -525,6 +561,10 @@ impl Generation {
                 // reached under `guard`.
                 if let Some(s) = unsafe { cur.as_ref() } {
                     if s.key == key && *s.set == *set {
+                        if mine.is_some() {
+                            // Charged, lost to another reader's copy, dropped here.
+                            self.uncharge(State::bytes(set.len()));
+                        }
                         return Ok(cur);
                     }
                     i = (i + 1) & mask;
@@ -537,8 +577,7 @@ impl Generation {
                 let new = match mine.take() {
                     Some(m) => m,
                     None => {
-                        let n = size_of::<State>() + set.len() * size_of::<NodeId>();
-                        self.charge(n, budget)?;
+                        self.charge(State::bytes(set.len()), budget)?;
                         Owned::new(State {
                             key,
                             set: set.clone().into_boxed_slice(),
@@ -571,7 +610,8 @@ impl Generation {
         if slots.len() != len {
             return Ok(());
         }
-        self.charge(len * 2 * size_of::<usize>(), budget)?;
+        // Twice the slots, and the old table's are freed below: `len` slots more.
+        self.charge(len * size_of::<usize>(), budget)?;
         let grown: Box<[Atomic<State>]> = (0..len * 2).map(|_| Atomic::null()).collect();
         let mask = grown.len() - 1;
         for slot in slots.iter() {
@@ -620,6 +660,8 @@ impl Generation {
         {
             Ok(d) => d,
             Err(e) => {
+                // Another reader's copy is the one kept, and was charged by it.
+                self.bytes.fetch_sub(n, Relaxed);
                 // SAFETY: derived data in place is retired only by the writer, which the
                 // caller's read lock keeps out, and freed after `guard` unpins.
                 return Ok(unsafe { e.current.deref() });
@@ -679,6 +721,26 @@ impl Generation {
 
 #[cfg(all(test, not(loom)))]
 impl Generation {
+    /// Panics unless the bytes charged are what the generation holds now: its intern table,
+    /// its states and their derived data. Single-threaded callers only (a reader between
+    /// its charge and its publication is counted in one and not yet in the other).
+    pub(crate) fn assert_bytes_counted(&self, guard: &Guard) {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let mut held = slots.len() * size_of::<usize>();
+        for slot in slots.iter() {
+            // SAFETY: as in `assert_copies_current`.
+            let Some(s) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
+                continue;
+            };
+            held += State::bytes(s.set.len());
+            // SAFETY: as the state.
+            if let Some(d) = unsafe { s.derived.load(Acquire, guard).as_ref() } {
+                held += d.footprint(guard);
+            }
+        }
+        assert_eq!(self.bytes(), held, "bytes charged against bytes held");
+    }
+
     /// Panics unless every state's copies are those of its derived data (or empty, with none).
     pub(crate) fn assert_copies_current(&self, guard: &Guard) {
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
@@ -721,12 +783,14 @@ pub(crate) mod writer {
     use super::*;
 
     /// Drops a state's derived data and default edge: its next lookup rebuilds them from the
-    /// NFA.
-    pub(crate) fn invalidate(state: &State, guard: &Guard) {
+    /// NFA (and charges them again).
+    pub(crate) fn invalidate(g: &Generation, state: &State, guard: &Guard) {
         state.clear_copies();
         state.default.store(Shared::null(), Release);
         let old = state.derived.swap(Shared::null(), AcqRel, guard);
-        if !old.is_null() {
+        // SAFETY: unlinked just now but not yet retired: only this writer retires it.
+        if let Some(d) = unsafe { old.as_ref() } {
+            g.uncharge(d.footprint(guard));
             // SAFETY: unlinked just now; readers that loaded it are pinned, and the epoch
             // frees it after they unpin.
             unsafe { guard.defer_destroy(old) };
@@ -735,18 +799,25 @@ pub(crate) mod writer {
 
     /// The word's edge moves: its target is cleared, or the key is added when new. A table
     /// with no room is replaced, with the rest of `state`'s derived data `d`, by a copy twice
-    /// as wide (targets and answer kept). Returns the bytes added.
-    pub(crate) fn reset_word(state: &State, d: &Derived, word: &Arc<str>, guard: &Guard) -> usize {
+    /// as wide (targets and answer kept), charged in place of `d`.
+    pub(crate) fn reset_word(
+        g: &Generation,
+        state: &State,
+        d: &Derived,
+        word: &Arc<str>,
+        guard: &Guard,
+    ) {
         let hash = word_hash(word);
         if let Some(e) = d.edge(word, hash) {
             e.target.store(Shared::null(), Release);
-            return 0;
+            return;
         }
         if d.has_room() {
             // In place (the writer is the only one filing keys). A reader probing meanwhile
             // may miss it; the write's seqlock sends that reader round again.
             d.file(word, hash);
-            return Edge::word_bytes(word);
+            g.charge_writer(Edge::word_bytes(word));
+            return;
         }
         // SAFETY: an answer is replaced only by this writer; `d` is current.
         let accept = unsafe { d.accept.load(Acquire, guard).deref() };
@@ -763,8 +834,8 @@ pub(crate) mod writer {
             }
         }
         wide.file(word, hash);
-        let bytes = Derived::bytes(d.closure.len(), accept.len(), wide.edges.len())
-            + Edge::word_bytes(word);
+        g.uncharge(d.footprint(guard));
+        g.charge_writer(wide.footprint(guard));
         let wide = Owned::new(wide).into_shared(guard);
         // The release publishes the copy whole; the caller stamped the state before.
         let old = state.derived.swap(wide, AcqRel, guard);
@@ -773,21 +844,25 @@ pub(crate) mod writer {
         // SAFETY: unlinked just now, and the state's copies point at the copy; freed after
         // the readers pinned now unpin.
         unsafe { guard.defer_destroy(old) };
-        bytes
     }
 
-    /// Swaps the answer of `state`, whose derived data is `d`, for `ids`.
-    pub(crate) fn set_accept(state: &State, d: &Derived, ids: &[SubscriberId], guard: &Guard) {
-        let old = d.accept.swap(super::accept(ids), AcqRel, guard);
+    /// Swaps the answer of `state`, whose derived data is `d`, for `new`, charging the
+    /// difference in size.
+    pub(crate) fn set_accept(
+        g: &Generation,
+        state: &State,
+        d: &Derived,
+        new: &[SubscriberId],
+        guard: &Guard,
+    ) {
+        let old = d.accept.swap(super::accept(new), AcqRel, guard);
         state.copy_answer(d, guard);
+        // SAFETY: unlinked just now, not yet retired (only this writer retires answers).
+        g.uncharge(size_of_val(ids(unsafe { old.deref() })));
+        g.charge_writer(size_of_val(new));
         // SAFETY: unlinked just now, and the state's copy points at the new answer; freed
         // after the readers pinned now unpin.
         unsafe { guard.defer_destroy(old) };
-    }
-
-    /// Counts bytes the writer added to a generation.
-    pub(crate) fn charge(g: &Generation, n: usize) {
-        g.bytes.fetch_add(n, Relaxed);
     }
 }
 

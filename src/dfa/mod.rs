@@ -513,10 +513,10 @@ impl LazyDfa {
             s.stamp.store(stamp, Relaxed);
             match &change {
                 Change::Wildcard => {
-                    writer::invalidate(s, guard);
+                    writer::invalidate(g, s, guard);
                     self.counters.invalidations.fetch_add(1, Relaxed);
                 }
-                Change::Word(w) => writer::charge(g, writer::reset_word(s, d, w, guard)),
+                Change::Word(w) => writer::reset_word(g, s, d, w, guard),
                 &Change::Subscriber(id, added) => {
                     // SAFETY: as the derived data above.
                     let cur = ids(unsafe { d.accept.load(Acquire, guard).deref() });
@@ -525,11 +525,10 @@ impl LazyDfa {
                         let mut new = Vec::with_capacity(cur.len() + 1);
                         new.extend_from_slice(cur);
                         new.push(id);
-                        writer::charge(g, new.len() * 4);
-                        writer::set_accept(s, d, &new, guard);
+                        writer::set_accept(g, s, d, &new, guard);
                     } else if !added && has && !nfa.held_elsewhere(&d.closure, node, id) {
                         let new: Vec<_> = cur.iter().copied().filter(|&x| x != id).collect();
-                        writer::set_accept(s, d, &new, guard);
+                        writer::set_accept(g, s, d, &new, guard);
                     }
                 }
             }
@@ -684,7 +683,9 @@ mod tests {
             }
             let guard = m.pin();
             // SAFETY: never null; freed after `guard` unpins.
-            unsafe { m.cache.load(Acquire, &guard).deref() }.assert_copies_current(&guard);
+            let g = unsafe { m.cache.load(Acquire, &guard).deref() };
+            g.assert_copies_current(&guard);
+            g.assert_bytes_counted(&guard);
         };
         check("warming");
         let writes: [(&str, &str, u32, bool); 9] = [
@@ -711,6 +712,34 @@ mod tests {
         assert_eq!(m.remove_subscriber(3), 1);
         assert_eq!(trie.remove_subscriber(3), 1);
         check("a subscriber removed");
+    }
+
+    /// The budget counts what the cache holds, not what writes ever put in it: a writer that
+    /// swaps a warm state's answer back and forth leaves the count where it was, and a cold
+    /// lookup after a long run of writes finds room, not a full cache to flush.
+    #[test]
+    fn writes_give_back_what_they_replace() {
+        let big: Vec<(String, u32)> = (0..200).map(|id| ("a.b".to_owned(), id)).collect();
+        let mut pairs: Vec<(&str, u32)> = big.iter().map(|(p, id)| (p.as_str(), *id)).collect();
+        pairs.push(("a.c", 1));
+        let budget = 64 << 10;
+        let m = dfa(Dialect::Amqp, budget, &pairs);
+        for t in ["a.b", "a.c", "a.x"] {
+            look(&m, t);
+        }
+        let before = m.stats();
+        for _ in 0..2_000 {
+            // 2,000 answers of 201 ids: 1.6 MB of answers, 25 times the budget.
+            m.subscribe_str("a.b", 1_000).unwrap();
+            m.unsubscribe_str("a.b", 1_000).unwrap();
+        }
+        let after = m.stats();
+        assert_eq!(after.bytes, before.bytes, "{before:?} -> {after:?}");
+        assert_eq!(look(&m, "a.y.z"), Vec::<u32>::new());
+        assert_eq!(m.stats().flushes, 0, "{:?}", m.stats());
+        let guard = m.pin();
+        // SAFETY: never null; freed after `guard` unpins.
+        unsafe { m.cache.load(Acquire, &guard).deref() }.assert_bytes_counted(&guard);
     }
 
     #[test]
