@@ -317,10 +317,11 @@ topic_matcher_class!(
     extra {
         /// A read-only CSTrie frozen at this instant, in O(1); its writes raise TypeError. It
         /// has a result cache of its own, of the same size, empty until its first lookup.
-        fn snapshot(&self, py: Python<'_>) -> Self {
-            CSTriePy {
-                inner: self.inner.share_read_only(py, self.inner.core.snapshot_with(Cached::snapshot)),
-            }
+        fn snapshot(&self, py: Python<'_>) -> PyResult<Self> {
+            let core = &self.inner.core;
+            Ok(CSTriePy {
+                inner: self.inner.share_read_only(py, || core.snapshot_with(Cached::snapshot))?,
+            })
         }
 
         /// Whether this is a read-only snapshot.

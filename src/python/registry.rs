@@ -30,13 +30,15 @@
 //! thread's read, forever. So both are held with the cyclic collector paused ([`Reading`],
 //! [`SlotsHeld`]), and what a conversion lets go of (kept answers replaced or stale) is
 //! dropped once the lock is let go. Python code the `dict` runs under `slots` (a subscriber's
-//! `__hash__` or `__eq__`) is the subscriber's own; one that calls the matcher back is not
-//! supported.
+//! `__hash__` or `__eq__`) is the subscriber's own; if it calls the matcher back, the call
+//! finds `slots` held by its own thread ([`Registry::owner`]) and raises `RuntimeError`
+//! instead of waiting for itself forever, and a snapshot it drops is forgotten by the next
+//! holder of the lock ([`Registry::late_drops`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
 use pyo3::prelude::*;
@@ -114,6 +116,23 @@ pub(crate) struct Registry {
     answers: Answers,
     /// Ids whose epoch has passed: safe to hand out again.
     free: Arc<Mutex<Vec<SubscriberId>>>,
+    /// The thread holding `slots` ([`this_thread`]), or 0. Only that thread stores its own
+    /// number here, and clears it before it lets go, so a thread reads its own number only
+    /// when it holds the lock itself: a call back from Python code run under the lock.
+    owner: AtomicUsize,
+    /// Snapshots dropped by a thread that held `slots` already (a subscriber's `__eq__` that
+    /// made and dropped one): the next holder of the lock forgets them.
+    late_drops: Mutex<Vec<u64>>,
+    has_late_drops: AtomicBool,
+}
+
+/// A number for the calling thread, never 0, distinct from every other live thread's: the
+/// address of a thread-local.
+fn this_thread() -> usize {
+    std::thread_local! {
+        static MARK: u8 = const { 0 };
+    }
+    MARK.with(|m| m as *const u8 as usize)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -130,10 +149,20 @@ struct Reading<'a, 'py> {
     stale: Stale,
 }
 
-/// `slots`, locked with the cyclic collector paused (see the module's "Locks").
+/// `slots`, locked with the cyclic collector paused (see the module's "Locks"). Fields drop
+/// in order after `drop` cleared the owner: the lock is let go, the collector resumes, then
+/// what the holder released goes (see [`Released`]).
 struct SlotsHeld<'a, 'py> {
     slots: MutexGuard<'a, Slots>,
+    owner: &'a AtomicUsize,
     _paused: CollectorPaused<'py>,
+    released: Released,
+}
+
+impl Drop for SlotsHeld<'_, '_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Relaxed);
+    }
 }
 
 impl Deref for SlotsHeld<'_, '_> {
@@ -159,20 +188,45 @@ impl Registry {
             releases: AtomicU64::new(0),
             answers: Answers::default(),
             free: Arc::default(),
+            owner: AtomicUsize::new(0),
+            late_drops: Mutex::default(),
+            has_late_drops: AtomicBool::new(false),
         }
     }
 
     /// `slots`, locked; the collector is paused once the lock is held (pausing first would
-    /// leave it paused for the threads that run while this one waits detached).
-    fn lock_slots<'py>(&self, py: Python<'py>) -> SlotsHeld<'_, 'py> {
+    /// leave it paused for the threads that run while this one waits detached). Snapshots
+    /// dropped while the lock's holder ran Python code are forgotten first.
+    ///
+    /// `RuntimeError` if this thread holds it already: Python code run under it (a
+    /// subscriber's `__hash__` or `__eq__`) called the matcher back.
+    fn lock_slots<'py>(&self, py: Python<'py>) -> PyResult<SlotsHeld<'_, 'py>> {
+        let me = this_thread();
+        if self.owner.load(Relaxed) == me {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "a subscriber's __hash__ or __eq__ called its matcher back; the matcher is in \
+                 the middle of a call on this thread",
+            ));
+        }
         let slots = self
             .slots
             .lock_py_attached(py)
             .unwrap_or_else(PoisonError::into_inner);
-        SlotsHeld {
+        self.owner.store(me, Relaxed);
+        let mut held = SlotsHeld {
             slots,
+            owner: &self.owner,
             _paused: CollectorPaused::new(py),
+            released: Released::default(),
+        };
+        // Cleared before the list is taken: a drop pushed meanwhile sets it again.
+        if self.has_late_drops.load(Relaxed) && self.has_late_drops.swap(false, Acquire) {
+            let late = std::mem::take(&mut *lock(&self.late_drops));
+            for n in late {
+                self.forget_snapshot(py, &mut held, n);
+            }
         }
+        Ok(held)
     }
 
     /// The table of objects, read for a conversion; as [`Registry::lock_slots`].
@@ -191,7 +245,7 @@ impl Registry {
     /// The id of `obj` if it is a subscriber now.
     pub(crate) fn id_of(&self, obj: &Bound<'_, PyAny>) -> PyResult<Option<SubscriberId>> {
         let py = obj.py();
-        let _slots = self.lock_slots(py);
+        let _slots = self.lock_slots(py)?;
         match self.ids.bind(py).get_item(obj)? {
             Some(id) => Ok(Some(id.extract()?)),
             None => Ok(None),
@@ -203,7 +257,7 @@ impl Registry {
     pub(crate) fn pin(&self, obj: &Bound<'_, PyAny>) -> PyResult<SubscriberId> {
         let py = obj.py();
         obj.hash()?; // unhashable subscribers fail here, with Python's own TypeError
-        let mut slots = self.lock_slots(py);
+        let mut slots = self.lock_slots(py)?;
         let slots = &mut *slots;
         let ids = self.ids.bind(py);
         if let Some(id) = ids.get_item(obj)? {
@@ -288,14 +342,18 @@ impl Registry {
         if n == 0 {
             return;
         }
-        // Declared first, so dropped after the lock is let go.
-        let mut released = Released::default();
-        let mut slots = self.lock_slots(py);
+        // Only after a `pin` or an `id_of` of the same call, which took the lock and let it
+        // go: a call back from under the lock raised there.
+        let Ok(mut slots) = self.lock_slots(py) else {
+            unreachable!("unpin without a pin or id_of before it");
+        };
         let count = &mut slots.counts[id as usize];
         *count = count.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
         if *count == 0 {
             if slots.snapshots.is_empty() {
+                let mut released = std::mem::take(&mut slots.released);
                 self.release(py, id, &mut released);
+                slots.released = released;
             } else {
                 let taken = slots.next_snapshot;
                 slots.pending.push_back((taken, id));
@@ -337,20 +395,30 @@ impl Registry {
 
     /// Records a new snapshot sharing this registry; returns its number, for
     /// [`Registry::drop_snapshot`].
-    pub(crate) fn add_snapshot(&self, py: Python<'_>) -> u64 {
-        let mut slots = self.lock_slots(py);
+    pub(crate) fn add_snapshot(&self, py: Python<'_>) -> PyResult<u64> {
+        let mut slots = self.lock_slots(py)?;
         let n = slots.next_snapshot;
         slots.next_snapshot += 1;
         slots.snapshots.insert(n);
-        n
+        Ok(n)
     }
 
     /// Records that snapshot `n` is gone, and releases the ids that waited only for snapshots
-    /// older than every one still alive.
+    /// older than every one still alive. Dropped by Python code that runs under the lock on
+    /// this thread, it is left to the lock's next holder.
     pub(crate) fn drop_snapshot(&self, py: Python<'_>, n: u64) {
-        // Declared first, so dropped after the lock is let go.
-        let mut released = Released::default();
-        let mut slots = self.lock_slots(py);
+        match self.lock_slots(py) {
+            Ok(mut slots) => self.forget_snapshot(py, &mut slots, n),
+            Err(_) => {
+                lock(&self.late_drops).push(n);
+                self.has_late_drops.store(true, Release);
+            }
+        }
+    }
+
+    /// [`Registry::drop_snapshot`]'s work, under the lock.
+    fn forget_snapshot(&self, py: Python<'_>, slots: &mut SlotsHeld<'_, '_>, n: u64) {
+        let mut released = std::mem::take(&mut slots.released);
         slots.snapshots.remove(&n);
         let oldest = slots.snapshots.first().copied().unwrap_or(u64::MAX);
         while let Some(&(taken, id)) = slots.pending.front() {
@@ -367,6 +435,7 @@ impl Registry {
                 self.release(py, id, &mut released);
             }
         }
+        slots.released = released;
     }
 
     /// The list of the objects of `ids`, the answer for `topic` (stamped `stamp` if a result

@@ -163,17 +163,27 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         }
     }
 
-    /// A read-only index over `core` (a snapshot of `self.core`) that shares the registry, so
-    /// its ids keep their objects for as long as it lives.
-    pub(crate) fn share_read_only(&self, py: Python<'_>, core: Grouped<M>) -> Self {
-        let snapshot_seq = self.registry.add_snapshot(py);
-        TopicIndex {
-            core: Arc::new(core),
+    /// A read-only index over the snapshot of `self.core` that `take` makes, sharing the
+    /// registry, so its ids keep their objects for as long as it lives.
+    ///
+    /// The snapshot is counted before `take` runs: an id released before that was removed
+    /// from the core before, so the snapshot cannot hold it, and one released after waits
+    /// for this snapshot. Counted after, a release in between (another thread's unsubscribe
+    /// taking the registry's lock while this one waited for it) freed an id the snapshot
+    /// held, and its number could go to the next new subscriber.
+    pub(crate) fn share_read_only(
+        &self,
+        py: Python<'_>,
+        take: impl FnOnce() -> Grouped<M>,
+    ) -> PyResult<Self> {
+        let snapshot_seq = self.registry.add_snapshot(py)?;
+        Ok(TopicIndex {
+            core: Arc::new(take()),
             registry: Arc::clone(&self.registry),
             read_only: true,
             snapshot_seq,
             scan_lookup: self.scan_lookup,
-        }
+        })
     }
 
     /// What one lookup costs, estimated before running it: known for a scan matcher, zero

@@ -224,3 +224,117 @@ def test_a_collection_during_subscribe_many_may_write_to_the_matcher():
     writes = _writes_during_collections(m, lambda: m.subscribe_many(pairs))
     assert writes > 0
     assert sorted(m.subscriptions()) == sorted(pairs + _left_by(writes))
+
+
+class Nosy:
+    """All `Nosy` share one hash, so the registry's dict compares them with `__eq__`, which
+    first runs `call` (a call back into the matcher) and records in `raised` (shared by the
+    instances made with it) what that raised."""
+
+    def __init__(self, key: int, call, raised: list[BaseException] | None = None) -> None:
+        self.key = key
+        self.call = call
+        self.raised = [] if raised is None else raised
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        if self.call is not None:
+            try:
+                self.call()
+            except RuntimeError as e:
+                self.raised.append(e)
+        return isinstance(other, Nosy) and other.key == self.key
+
+
+# What a subscriber's `__eq__` may try on its own matcher while the registry's lock is held.
+CALLS_BACK = {
+    "subscribe": lambda m: m.subscribe("x.y", "someone"),
+    "unsubscribe": lambda m: m.unsubscribe("a.b", "someone"),
+    "subscribe_many": lambda m: m.subscribe_many([("x.y", "someone")]),
+    "remove_subscriber": lambda m: m.remove_subscriber("someone"),
+}
+
+
+@pytest.mark.parametrize("cls", TOPIC_MATCHERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("what", sorted(CALLS_BACK))
+def test_an_eq_that_calls_the_matcher_back_gets_an_error(cls, what):
+    """The call back finds the registry's lock held by its own thread: it raises
+    `RuntimeError` instead of waiting forever (the build before hung here), and the outer
+    call goes on as if `__eq__` had not called anything."""
+    m = cls("amqp")
+    call = CALLS_BACK[what]
+    raised: list[BaseException] = []
+    first = Nosy(1, lambda: call(m), raised)
+    second = Nosy(2, lambda: call(m), raised)
+
+    def body() -> None:
+        assert m.subscribe("a.b", first) is True
+        # `second` hashes like `first`: the dict compares them with `__eq__`.
+        assert m.subscribe("a.b", second) is True
+        assert raised, "__eq__ was not asked, or its call back did not raise"
+        assert all("called its matcher back" in str(e) for e in raised)
+        assert m.unsubscribe("a.b", second) is True
+
+    _finishes(body)
+    assert m.subscriptions() == [("a.b", first)]
+    assert m.lookup("a.b") == [first]
+
+
+def test_an_eq_may_read_its_matcher():
+    """Lookups do not take the registry's slots: an `__eq__` that looks up goes through."""
+    m = tm.CSTrie("amqp")
+    seen: list[list[object]] = []
+    raised: list[BaseException] = []
+
+    def look() -> None:
+        seen.append(m.lookup("a.b"))
+
+    first = Nosy(1, look, raised)
+    second = Nosy(2, look, raised)
+
+    def body() -> None:
+        m.subscribe("a.b", first)
+        m.subscribe("a.b", second)
+
+    _finishes(body)
+    assert seen, "__eq__ was not asked"
+    assert not raised
+    assert all(s == [first] for s in seen)
+    assert sorted(map(id, m.lookup("a.b"))) == sorted([id(first), id(second)])
+
+
+def test_an_eq_that_takes_a_snapshot_gets_an_error_and_one_it_drops_is_forgotten():
+    """A snapshot's number is taken under the lock: taking one from `__eq__` raises. One
+    dropped there (made before) is forgotten by the next call that takes the lock, and the id
+    it held is released then."""
+    m = tm.CSTrie("amqp")
+    m.subscribe("a.b", "gone")
+    held = [m.snapshot()]
+    assert m.unsubscribe("a.b", "gone") is True
+    errors: list[BaseException] = []
+
+    def in_eq() -> None:
+        held.clear()  # drops the snapshot under the lock
+        try:
+            m.snapshot()
+        except RuntimeError as e:
+            errors.append(e)
+
+    first = Nosy(1, in_eq)
+    second = Nosy(2, in_eq)
+
+    def body() -> None:
+        m.subscribe("a.b", first)
+        m.subscribe("a.b", second)
+        assert not held
+        m.subscribe("c.d", "after")  # takes the lock: forgets the dropped snapshot
+
+    _finishes(body)
+    assert errors and "called its matcher back" in str(errors[0])
+    assert sorted(p for p, _ in m.subscriptions()) == ["a.b", "a.b", "c.d"]
+    # The id "gone" had is free again: a new subscriber may get it and is answered as itself.
+    m.subscribe("e.f", "new")
+    assert m.lookup("e.f") == ["new"]
+    assert m.lookup("a.b") != ["gone"]
