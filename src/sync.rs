@@ -11,12 +11,12 @@ pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize}
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::fence;
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Mutex, RwLock};
+pub(crate) use std::sync::{Mutex, MutexGuard, RwLock};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::fence;
 #[cfg(loom)]
-pub(crate) use loom::sync::{Mutex, RwLock};
+pub(crate) use loom::sync::{Mutex, MutexGuard, RwLock};
 
 /// A cell for data published by a release store and read after the matching acquire load:
 /// loom's `UnsafeCell` under loom, which fails a model whose read is not ordered after the

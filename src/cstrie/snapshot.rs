@@ -130,10 +130,12 @@ impl CSTrie {
     /// The read-only snapshot (`readOnlySnapshot`): O(1).
     pub(super) fn take_snapshot(&self) -> CSTrie {
         if self.read_only {
-            return self.share_read_only(Arc::clone(&self.read_only_root()));
+            return self.share_read_only(Arc::clone(&self.read_only_root()), self.frozen_unshared);
         }
         let guard = &self.pin();
         loop {
+            // The snapshot's instant is its commit, between the two reads (`sharing.rs`).
+            let before = self.sharing.read();
             let (r, r_shared) = self.rdcss_read_root_arc(guard);
             let expmain = self.gcas_read(r, guard);
             // SAFETY: read under `guard` from `r`; main nodes are freed only after an epoch.
@@ -163,7 +165,8 @@ impl CSTrie {
                         unreachable!("installed a descriptor")
                     };
                     if desc.state.load(Acquire) == COMMITTED {
-                        return self.share_read_only(ov);
+                        let unshared = before.none_shared_until(self.sharing.read());
+                        return self.share_read_only(ov, unshared);
                     }
                 }
                 Err(_) => continue,
