@@ -760,7 +760,7 @@ impl CSTrie {
         match out {
             Gather::Ids(out) => {
                 for p in live.iter() {
-                    p.subs.for_each(&mut |id| out.push(id));
+                    p.subs.extend_into(out);
                 }
             }
             // The walk is the same, so the same reads are checked; what a topic of many

@@ -4,19 +4,32 @@
 //! `users.<id>`, a device's under `sensors/<id>/#`), and a map of one id is a node of its
 //! own. Inline, that id costs no allocation when the pattern is subscribed, no free when it
 //! goes, and no dependent cache miss when a lookup reaches the branch: in a level of
-//! 1,000,000 words, the node would be one more cold line after the word's. Two ids or more
-//! live in a map as before, so a set of 1,000,000 subscribers is still updated in O(log n).
+//! 1,000,000 words, the node would be one more cold line after the word's. More than
+//! [`FEW_MAX`] ids live in a map, so a set of 1,000,000 subscribers is still updated in
+//! O(log n).
 //!
 //! The set stays 16 bytes, as the map it replaces did (a compile-time check below): a word, its
 //! subscribers and its next level still take one 64-byte chunk of the allocator. A larger
 //! chunk was measured to slow a wide level down (docs/word-maps-and-pool.md, "Tried for the
 //! wide level and not kept").
 //!
-//! Invariant: `Many` holds two ids or more; a set of one id is always `Small`, so the shape
-//! depends only on the ids.
+//! Two to [`FEW_MAX`] ids are a plain array shared by counting (`Few`): a lookup copies it
+//! whole into its answer, where walking a map's nodes cost a few nanoseconds an id (on the
+//! OpenAMQ experiment, whose answers of about 190 come from sets of a few ids each, that
+//! walk was a sixth of a bare lookup), and an update copies at most [`FEW_MAX`] ids, as
+//! cheap as a map's path copy. Larger sets are a map as before.
+//!
+//! Invariant: a set of no id or one is `Small`, of two to [`FEW_MAX`] `Few`, of more `Many`,
+//! so the shape depends only on the number of ids.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
 
 use super::node::NodeRef;
 use super::{check, find, for_each, insert, pair, remove, HashKey, Moves, Removed};
+
+/// The most ids a set keeps as an array.
+pub(crate) const FEW_MAX: usize = 64;
 
 /// A persistent set of subscriber ids; every update returns a new set sharing the old one's
 /// nodes.
@@ -27,8 +40,81 @@ pub(crate) struct PSet(Repr);
 enum Repr {
     /// No id, or one.
     Small(Option<u32>),
-    /// Two ids or more, in a map's nodes.
-    Many { root: NodeRef<u32, ()>, len: u32 },
+    /// Two to [`FEW_MAX`] ids, in insertion order.
+    Few(Few),
+    /// More ids, in a map's nodes.
+    Many {
+        root: NodeRef<u32, ()>,
+        len: u32,
+        _shape: Shape,
+    },
+}
+
+/// A byte of one value in `Many`, whose other 255 values tell the other shapes apart: with it
+/// the set stays 16 bytes (two shapes with a pointer each would need a tag word of their own).
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Shape {
+    Many,
+}
+
+/// An `Arc<[u32]>` of the number of ids and then the ids, kept as its data pointer alone so
+/// that a set stays 16 bytes (the `Arc`'s own pointer is two words; the length is read from
+/// the first element to put it back together).
+struct Few {
+    data: NonNull<u32>,
+}
+
+// SAFETY: a `Few` is an `Arc<[u32]>`, which is `Send` and `Sync`: its ids are never written
+// after it is made, and its count is the `Arc`'s atomic one.
+unsafe impl Send for Few {}
+// SAFETY: as above.
+unsafe impl Sync for Few {}
+
+impl Few {
+    fn new(ids: &[u32]) -> Few {
+        debug_assert!((2..=FEW_MAX).contains(&ids.len()));
+        let n = u32::try_from(ids.len()).expect("at most FEW_MAX ids");
+        let arc: Arc<[u32]> = std::iter::once(n).chain(ids.iter().copied()).collect();
+        let data = Arc::into_raw(arc).cast::<u32>().cast_mut();
+        Few {
+            data: NonNull::new(data).expect("an Arc's data is never null"),
+        }
+    }
+
+    /// The number of ids.
+    fn len(&self) -> u32 {
+        // SAFETY: `data` points at the first element of a live `Arc<[u32]>` (this `Few` holds
+        // one of its counts), which holds the number of ids; nothing writes it.
+        unsafe { self.data.as_ptr().read() }
+    }
+
+    /// The pointer `Arc::into_raw` gave, put back together.
+    fn raw(&self) -> *const [u32] {
+        std::ptr::slice_from_raw_parts(self.data.as_ptr(), self.len() as usize + 1)
+    }
+
+    fn ids(&self) -> &[u32] {
+        // SAFETY: `raw` is the `Arc`'s own pointer, and this `Few` holds one of its counts, so
+        // the elements live at least as long as `self`; nothing writes them.
+        let all: &[u32] = unsafe { &*self.raw() };
+        &all[1..]
+    }
+}
+
+impl Clone for Few {
+    fn clone(&self) -> Few {
+        // SAFETY: `raw` came from `Arc::into_raw` and `self` holds a count, so the `Arc` is alive.
+        unsafe { Arc::increment_strong_count(self.raw()) };
+        Few { data: self.data }
+    }
+}
+
+impl Drop for Few {
+    fn drop(&mut self) {
+        // SAFETY: as in `clone`; this gives back the count `self` held, once.
+        unsafe { Arc::decrement_strong_count(self.raw()) };
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<PSet>() == 16);
@@ -44,6 +130,7 @@ impl PSet {
     pub(crate) fn len(&self) -> usize {
         match &self.0 {
             Repr::Small(one) => usize::from(one.is_some()),
+            Repr::Few(few) => few.len() as usize,
             Repr::Many { len, .. } => *len as usize,
         }
     }
@@ -57,15 +144,27 @@ impl PSet {
     pub(crate) fn contains(&self, id: u32) -> bool {
         match &self.0 {
             Repr::Small(one) => *one == Some(id),
+            Repr::Few(few) => few.ids().contains(&id),
             Repr::Many { root, .. } => find(root, id.hash64(), &id).is_some(),
         }
     }
 
-    /// Calls `f` on every id, in hash order.
+    /// Calls `f` on every id, in no order to rely on.
     pub(crate) fn for_each(&self, f: &mut impl FnMut(u32)) {
         match &self.0 {
             Repr::Small(one) => one.iter().for_each(|&id| f(id)),
+            Repr::Few(few) => few.ids().iter().for_each(|&id| f(id)),
             Repr::Many { root, .. } => for_each(root, &mut |&id, _| f(id)),
+        }
+    }
+
+    /// Appends every id to `out`: a copy of the array for a few ids.
+    #[inline]
+    pub(crate) fn extend_into(&self, out: &mut Vec<u32>) {
+        match &self.0 {
+            Repr::Small(one) => out.extend(one.iter().copied()),
+            Repr::Few(few) => out.extend_from_slice(few.ids()),
+            Repr::Many { root, .. } => for_each(root, &mut |&id, _| out.push(id)),
         }
     }
 
@@ -74,11 +173,32 @@ impl PSet {
         match &self.0 {
             Repr::Small(None) => PSet(Repr::Small(Some(id))),
             Repr::Small(Some(one)) if *one == id => self.clone(),
-            Repr::Small(Some(one)) => PSet(Repr::Many {
-                root: pair(0, (one.hash64(), *one, ()), (id.hash64(), id, ())),
-                len: 2,
-            }),
-            Repr::Many { root, len } => {
+            Repr::Small(Some(one)) => PSet(Repr::Few(Few::new(&[*one, id]))),
+            Repr::Few(few) if few.ids().contains(&id) => self.clone(),
+            Repr::Few(few) if (few.len() as usize) < FEW_MAX => {
+                let mut ids = Vec::with_capacity(few.len() as usize + 1);
+                ids.extend_from_slice(few.ids());
+                ids.push(id);
+                PSet(Repr::Few(Few::new(&ids)))
+            }
+            Repr::Few(few) => {
+                // The first id past `FEW_MAX`: into a map.
+                let (first, second) = (few.ids()[0], few.ids()[1]);
+                let mut root = pair(
+                    0,
+                    (first.hash64(), first, ()),
+                    (second.hash64(), second, ()),
+                );
+                for &x in few.ids()[2..].iter().chain([&id]) {
+                    root = insert(&root, false, 0, x.hash64(), x, (), &mut no_moves()).0;
+                }
+                PSet(Repr::Many {
+                    root,
+                    len: few.len() + 1,
+                    _shape: Shape::Many,
+                })
+            }
+            Repr::Many { root, len, .. } => {
                 // A counted copy: a set is shared by every copy of the branch that holds it.
                 let (root, added) = insert(root, false, 0, id.hash64(), id, (), &mut no_moves());
                 // Ids are `u32`, so a set holds at most 2^32 of them: as many as `len` can
@@ -86,7 +206,11 @@ impl PSet {
                 let len = len
                     .checked_add(u32::from(added))
                     .expect("a set of fewer than 2^32 ids");
-                PSet(Repr::Many { root, len })
+                PSet(Repr::Many {
+                    root,
+                    len,
+                    _shape: Shape::Many,
+                })
             }
         }
     }
@@ -95,14 +219,36 @@ impl PSet {
     pub(crate) fn remove(&self, id: u32) -> Option<PSet> {
         match &self.0 {
             Repr::Small(one) => (*one == Some(id)).then(PSet::default),
-            Repr::Many { root, len } => {
+            Repr::Few(few) => {
+                let at = few.ids().iter().position(|&x| x == id)?;
+                Some(if few.len() == 2 {
+                    PSet(Repr::Small(Some(few.ids()[1 - at])))
+                } else {
+                    let mut ids = few.ids().to_vec();
+                    ids.remove(at);
+                    PSet(Repr::Few(Few::new(&ids)))
+                })
+            }
+            Repr::Many { root, len, .. } => {
                 match remove(root, false, 0, id.hash64(), &id, &mut no_moves()) {
                     Removed::Absent => None,
-                    // Not from a set of two ids or more, but an empty set is what it would
-                    // mean.
+                    // Not from a set of more than `FEW_MAX` ids, but an empty set is what it
+                    // would mean.
                     Removed::Empty => Some(PSet::default()),
                     Removed::Single(_, one, (), _) => Some(PSet(Repr::Small(Some(one)))),
-                    Removed::Node(root) => Some(PSet(Repr::Many { root, len: len - 1 })),
+                    Removed::Node(root) if (*len as usize - 1) > FEW_MAX => {
+                        Some(PSet(Repr::Many {
+                            root,
+                            len: len - 1,
+                            _shape: Shape::Many,
+                        }))
+                    }
+                    Removed::Node(root) => {
+                        // Back to `FEW_MAX` ids: an array again.
+                        let mut ids = Vec::with_capacity(FEW_MAX);
+                        for_each(&root, &mut |&x, _| ids.push(x));
+                        Some(PSet(Repr::Few(Few::new(&ids))))
+                    }
                 }
             }
         }
@@ -112,8 +258,23 @@ impl PSet {
     pub(crate) fn check(&self) -> Result<(), String> {
         match &self.0 {
             Repr::Small(_) => Ok(()),
-            Repr::Many { len: 0 | 1, .. } => Err("a map of fewer than two ids".into()),
-            Repr::Many { root, len } => check(Some(root), *len as usize),
+            Repr::Few(few) => {
+                let ids = few.ids();
+                if !(2..=FEW_MAX).contains(&ids.len()) {
+                    return Err(format!("an array of {} ids", ids.len()));
+                }
+                let mut sorted = ids.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != ids.len() {
+                    return Err("an id twice in an array".into());
+                }
+                Ok(())
+            }
+            Repr::Many { len, .. } if (*len as usize) <= FEW_MAX => {
+                Err(format!("a map of {len} ids, which an array holds"))
+            }
+            Repr::Many { root, len, .. } => check(Some(root), *len as usize),
         }
     }
 }
@@ -127,7 +288,7 @@ fn no_moves() -> Moves<u32, ()> {
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::{PSet, Repr};
+    use super::{PSet, Repr, FEW_MAX};
 
     /// Fewer under Miri, which runs these some thousand times slower.
     const STEPS: u32 = if cfg!(miri) { 300 } else { 20_000 };
@@ -166,6 +327,52 @@ mod tests {
             assert_eq!(matches!(set.0, Repr::Small(_)), model.len() < 2);
             // The set before is untouched (persistence).
             before.check().unwrap();
+        }
+    }
+
+    /// Around `FEW_MAX`, where a set passes between an array and a map, both ways, and every
+    /// set before an update keeps its ids.
+    #[test]
+    fn crosses_between_an_array_and_a_map() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let (mut set, mut model) = (PSet::default(), BTreeSet::new());
+        let mut kept = Vec::new();
+        for step in 0..STEPS {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Ids below FEW_MAX + 32, inserted more often than removed until the set is past
+            // `FEW_MAX` (it tends to 84 ids), then the other way (to 12), over and over.
+            let id = (x % (FEW_MAX as u64 + 32)) as u32;
+            let growing = (step / 400) % 2 == 0;
+            // Seven in eight updates insert while growing, one in eight while shrinking.
+            let insert = ((x >> 40) % 8 != 0) == growing;
+            let next = if insert {
+                model.insert(id);
+                set.insert(id)
+            } else {
+                model.remove(&id);
+                set.remove(id).unwrap_or_else(|| set.clone())
+            };
+            if step % 97 == 0 {
+                kept.push((set.clone(), ids(&set)));
+            }
+            set = next;
+            set.check().unwrap();
+            assert_eq!(ids(&set), model, "step {step}");
+            assert_eq!(set.len(), model.len());
+            assert_eq!(
+                (
+                    matches!(set.0, Repr::Small(_)),
+                    matches!(set.0, Repr::Few(_))
+                ),
+                (model.len() < 2, (2..=FEW_MAX).contains(&model.len()))
+            );
+        }
+        assert!(kept.iter().any(|(s, _)| matches!(s.0, Repr::Many { .. })));
+        for (s, want) in kept {
+            s.check().unwrap();
+            assert_eq!(ids(&s), want);
         }
     }
 
