@@ -366,6 +366,13 @@ impl LazyDfa {
             };
             let mut next = target.load(Acquire, guard);
             if next.is_null() {
+                // The read lock first, then the derived data: loaded before the lock, it could
+                // be data a write has dropped since (a new `#` below one of the state's nodes
+                // changes its closure), and a target stepped from that old closure would be
+                // published into the state's default edge, which outlives derived data, and
+                // answer every later lookup through it wrongly (AMQP: `a.#.c` added beside a
+                // lookup of `a.c` stepping {a}'s default edge leaves it at the dead state).
+                self.cold(gen, lock, guard)?;
                 let d = self.derived(gen, s, guard, lock)?;
                 let nfa = self.cold(gen, lock, guard)?;
                 let named = edge.map(|_| *word);
