@@ -370,8 +370,8 @@ impl LazyDfa {
                 // be data a write has dropped since (a new `#` below one of the state's nodes
                 // changes its closure), and a target stepped from that old closure would be
                 // published into the state's default edge, which outlives derived data, and
-                // answer every later lookup through it wrongly (AMQP: `a.#.c` added beside a
-                // lookup of `a.c` stepping {a}'s default edge leaves it at the dead state).
+                // answer every later lookup through it wrongly (the loom model
+                // `a_cold_step_beside_a_new_many_words_child` fails without this order).
                 self.cold(gen, lock, guard)?;
                 let d = self.derived(gen, s, guard, lock)?;
                 let nfa = self.cold(gen, lock, guard)?;
@@ -991,6 +991,32 @@ mod loom_models {
                 assert_eq!(sorted(&m, "a.c"), after, "{pattern} after the write");
             });
         }
+    }
+
+    /// A reader steps a warm state's default edge beside a write that hangs `#` under the
+    /// state's node, which drops the state's derived data and changes its closure. The edge
+    /// the reader publishes is stepped from the closure after the write, so a later lookup
+    /// through it reaches `a.#`. (Stepped from the derived data the reader read before taking
+    /// the read lock, the default edge kept the closure before the `#`, and every word after
+    /// `a` that no pattern names answered nothing: this model fails on that build.)
+    #[test]
+    fn a_cold_step_beside_a_new_many_words_child() {
+        model(|| {
+            let m = Arc::new(LazyDfa::with_budget(Dialect::Amqp, BUDGET));
+            m.subscribe_str("a.b", 1).unwrap();
+            // Warm: {a} with its derived data, its default edge not built.
+            assert_eq!(sorted(&m, "a.b"), vec![1]);
+            let writer = {
+                let m = Arc::clone(&m);
+                spawn(move || {
+                    m.subscribe_str("a.#", 2).unwrap();
+                })
+            };
+            let seen = sorted(&m, "a.x");
+            assert!(seen.is_empty() || seen == vec![2], "saw {seen:?}");
+            writer.join().unwrap();
+            assert_eq!(sorted(&m, "a.y"), vec![2], "after the write");
+        });
     }
 
     /// A reader flushes the cache while another walks the generation it replaces: both
