@@ -527,19 +527,28 @@ impl CSTrie {
     }
 }
 
-/// A pointer hasher for the addresses of live prefixes ([`Seen`]).
+/// One multiply for keys that are already well spread but for their low bits: the addresses
+/// of live prefixes ([`Seen`], aligned to 8) and subscriber ids (`sharing.rs`, small and
+/// dense).
 #[derive(Default)]
-struct PtrHasher(u64);
+pub(crate) struct MulHasher(u64);
 
-impl Hasher for PtrHasher {
+impl MulHasher {
+    const SPREAD: u64 = 0x9e37_79b9_7f4a_7c15;
+}
+
+impl Hasher for MulHasher {
     fn finish(&self) -> u64 {
         self.0
     }
     fn write(&mut self, _: &[u8]) {
-        unreachable!("only pointers are hashed")
+        unreachable!("only addresses and ids are hashed")
     }
     fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64 >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = (n as u64 >> 3).wrapping_mul(Self::SPREAD);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(Self::SPREAD);
     }
 }
 
@@ -568,7 +577,7 @@ type Lives<'g> = SmallVec<[Live<'g>; 8]>;
 const SCAN_MAX: usize = 32;
 
 /// Addresses already in the next set of live prefixes, for an order-keeping deduplication.
-type Seen = HashSet<usize, BuildHasherDefault<PtrHasher>>;
+type Seen = HashSet<usize, BuildHasherDefault<MulHasher>>;
 
 /// Removes repeated prefixes from `live`, keeping the first of each in place (see `Reads` for
 /// why the order must stay). Linear for the short sets most lookups carry.

@@ -314,7 +314,8 @@ impl Derived {
     /// held (a writer that swapped answers and widened tables filled the budget with bytes
     /// long freed, and the next cold lookup flushed every state).
     fn footprint(&self, guard: &Guard) -> usize {
-        // SAFETY: an answer in place is retired only by the writer, the caller.
+        // SAFETY: an answer in place is retired only by the writer; the caller is the writer,
+        // or the reader that built `self` and has not published it.
         let accept = ids(unsafe { self.accept.load(Acquire, guard).deref() }).len();
         let words: usize = self
             .edges
@@ -639,21 +640,17 @@ impl Generation {
         budget: usize,
         guard: &'g Guard,
     ) -> Result<&'g Derived, Full> {
-        let words_bytes: usize = built.words.iter().map(|w| Edge::word_bytes(w)).sum();
-        let n = Derived::bytes(
-            built.closure.len(),
-            built.accept.len(),
-            slots_for(built.words.len()),
-        ) + words_bytes
-            + built.closure.len() * size_of::<StatePtr>();
-        self.charge(n, budget)?;
-        // Before the publishing CAS (a release): whoever reads the new data reads the stamp.
-        state.stamp.store(built.stamp, Relaxed);
-        let d = Owned::new(Derived::new(
+        let d = Derived::new(
             built.closure.into_boxed_slice(),
             accept(&built.accept),
             &built.words,
-        ));
+        );
+        // What the writer gives back when it drops or replaces this data.
+        let n = d.footprint(guard);
+        self.charge(n, budget)?;
+        // Before the publishing CAS (a release): whoever reads the new data reads the stamp.
+        state.stamp.store(built.stamp, Relaxed);
+        let d = Owned::new(d);
         let d = match state
             .derived
             .compare_exchange(Shared::null(), d, AcqRel, Acquire, guard)
@@ -661,7 +658,7 @@ impl Generation {
             Ok(d) => d,
             Err(e) => {
                 // Another reader's copy is the one kept, and was charged by it.
-                self.bytes.fetch_sub(n, Relaxed);
+                self.uncharge(n);
                 // SAFETY: derived data in place is retired only by the writer, which the
                 // caller's read lock keeps out, and freed after `guard` unpins.
                 return Ok(unsafe { e.current.deref() });
