@@ -6,6 +6,7 @@ mod arrow;
 mod errors;
 mod gil;
 mod headers;
+mod ints;
 mod matchers;
 mod registry;
 mod selector;

@@ -46,6 +46,7 @@ use pyo3::sync::{MutexExt, RwLockExt};
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 
 use super::answers::{Answers, CollectorPaused, KeptTuple, Key, Stale, MIN_IDS};
+use super::ints::{IntTable, IntValue};
 use crate::groups::GROUP_BIT;
 use crate::matcher::{AnswerStamp, SubscriberId};
 
@@ -106,7 +107,7 @@ pub(crate) struct Registry {
     objects: RwLock<Vec<Option<Py<PyAny>>>>,
     /// Beside `objects`, each live id's subscriber as an `i64` when it is an int that fits,
     /// read without the GIL by `lookup_arrow`. Same guard rule as `objects`.
-    ints: RwLock<Vec<IntValue>>,
+    ints: RwLock<IntTable>,
     /// How many ids have been released: an id's object changes only through a release, so
     /// while this stands still every live id keeps its object (what [`Answers`] relies on).
     releases: AtomicU64,
@@ -296,14 +297,10 @@ impl Registry {
             Ok(int) => int.extract().map_or(IntValue::NotInt, IntValue::Int),
             Err(_) => IntValue::NotInt,
         };
-        let mut ints = self
-            .ints
+        self.ints
             .write_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
-        if id as usize >= ints.len() {
-            ints.resize(id as usize + 1, IntValue::Released);
-        }
-        ints[id as usize] = value;
+            .unwrap_or_else(PoisonError::into_inner)
+            .set(id, value);
         Ok(id)
     }
 
@@ -377,7 +374,8 @@ impl Registry {
         };
         self.ints
             .write_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner)[id as usize] = IntValue::Released;
+            .unwrap_or_else(PoisonError::into_inner)
+            .set(id, IntValue::Released);
         // After the object is gone from the table: a reader that saw the old count and then
         // reads the table either finds the object gone or stamps a tuple with a stale count.
         self.releases.fetch_add(1, Release);
@@ -594,19 +592,10 @@ impl Registry {
         ids: &[SubscriberId],
         values: &mut Vec<i64>,
     ) -> Option<SubscriberId> {
-        let ints = self.ints.read().unwrap_or_else(PoisonError::into_inner);
-        let mut not_int = None;
-        values.extend(ids.iter().filter_map(|&id| {
-            match ints.get(id as usize).copied().unwrap_or(IntValue::Released) {
-                IntValue::Int(v) => Some(v),
-                IntValue::Released => None,
-                IntValue::NotInt => {
-                    not_int.get_or_insert(id);
-                    None
-                }
-            }
-        }));
-        not_int
+        self.ints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(ids, values)
     }
 
     /// The object of one id, or `None` if it was released. Same guard rule as `objects`.
@@ -617,17 +606,6 @@ impl Registry {
     ) -> Option<Bound<'py, PyAny>> {
         live(&self.read_objects(py).objects, id).map(|o| o.bind(py).clone())
     }
-}
-
-/// A subscriber as `lookup_arrow` sees it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum IntValue {
-    /// An int that fits in an `i64`.
-    Int(i64),
-    /// Any other object, or an int out of range.
-    NotInt,
-    /// No subscriber has this id now.
-    Released,
 }
 
 /// The object of `id` in `objects`, or `None` if it was released.

@@ -167,6 +167,28 @@ def test_released_and_reused_ids_answer_with_their_own_values(matcher_cls):
     assert m.lookup_arrow(pa.array(["a"]))[0].to_pylist() == [[9]]
 
 
+def test_every_int64_comes_back_the_table_markers_included(matcher_cls):
+    # The id table marks released ids and other objects with the three lowest int64s, and
+    # keeps subscribers equal to them aside: each must still come back as itself.
+    edges = [-(2**63), -(2**63) + 1, -(2**63) + 2, -(2**63) + 3, -1, 0, 2**63 - 1]
+    m = matcher_cls("amqp", [(f"t{i}", v) for i, v in enumerate(edges)])
+    m.subscribe("all.#", -(2**63) + 1)
+    topics = pa.array([f"t{i}" for i in range(len(edges))] + ["all.x"])
+    assert m.lookup_arrow(topics)[0].to_pylist() == [[v] for v in edges] + [[-(2**63) + 1]]
+    # A marker value released, its id reused by a plain int and by another marker value.
+    for i, v in enumerate(edges[:3]):
+        assert m.unsubscribe(f"t{i}", v)
+        if v == -(2**63) + 1:
+            assert m.unsubscribe("all.#", v)
+    m.subscribe("t0", 7)
+    m.subscribe("t1", -(2**63) + 2)
+    m.subscribe("t2", "not an int")
+    got = m.lookup_arrow(pa.array(["t0", "t1", "t3", "all.x"]))[0].to_pylist()
+    assert got == [[7], [-(2**63) + 2], [-(2**63) + 3], []]
+    with pytest.raises(TypeError, match="'not an int' is not an int"):
+        m.lookup_arrow(pa.array(["t2"]))
+
+
 def test_snapshots_answer_from_their_own_time():
     m = tm.CSTrie("amqp", [("a", 1)])
     snap = m.snapshot()
