@@ -1,10 +1,10 @@
 //! Each id's subscriber as an `i64`, for `lookup_arrow`: one word an id.
 //!
-//! An id's entry is its subscriber's value when that is an int that fits, or one of three
-//! markers below every such value but three: the id is released, its subscriber is not an int,
-//! or its value is one of the three and sits in a side map. A lookup reads one word per
-//! subscriber and compares it once; a two-word enum per id doubled the table's cache lines,
-//! which a batch of 31 subscribers a topic reads at random. Tested from Python
+//! An id's word is its subscriber's value when that is an int that fits, except that the three
+//! lowest `i64`s are markers: the id is released, its subscriber is not an int, or its value is
+//! itself one of the three and sits in a side map. A lookup reads one word per subscriber and
+//! compares it once; a two-word enum per id doubled the table's cache lines, which a batch of
+//! 31 subscribers a topic reads at random. Tested from Python
 //! (`tests/python/test_arrow.py`: the int64 edges, released and reused ids).
 
 use std::collections::HashMap;
@@ -29,6 +29,7 @@ pub(crate) enum IntValue {
     Released,
 }
 
+/// The words, indexed by id, and the side map of the ints equal to a marker.
 #[derive(Default)]
 pub(crate) struct IntTable {
     words: Vec<i64>,
@@ -42,7 +43,9 @@ impl IntTable {
         if at >= self.words.len() {
             self.words.resize(at + 1, RELEASED);
         }
-        self.markers.remove(&id);
+        if !self.markers.is_empty() {
+            self.markers.remove(&id);
+        }
         self.words[at] = match value {
             IntValue::Int(v) if v <= MARKER => {
                 self.markers.insert(id, v);
