@@ -374,6 +374,7 @@ impl LazyDfa {
                 // `a_cold_step_beside_a_new_many_words_child` fails without this order).
                 self.cold(gen, lock, guard)?;
                 let d = self.derived(gen, s, guard, lock)?;
+                // The lock is held now: this only borrows it again, after `derived` had it.
                 let nfa = self.cold(gen, lock, guard)?;
                 let named = edge.map(|_| *word);
                 let set = nfa.step(&d.closure, named, !s.dollar());
