@@ -124,6 +124,41 @@ def test_a_kept_answer_never_outlives_its_subscribers(cls):
 
 @pytest.mark.parametrize(
     "make",
+    [*TOPIC_MATCHERS, lambda d: tm.Trie(d, cache_size=0), lambda d: tm.CSTrie(d, cache_size=0)],
+    ids=[*(c.__name__ for c in TOPIC_MATCHERS), "Trie-bare", "CSTrie-bare"],
+)
+def test_answers_past_the_budget_of_kept_topics_are_the_subscribers_of_now(make):
+    """More large answers than the tuples kept under topics may hold (65,536 ids): some are
+    kept, the rest converted. Each round a new object joins every crowd (the kept answers'
+    ids are no longer the answer), then one member leaves (a release, whose freed id a later
+    object takes): every lookup returns the objects subscribed now."""
+    m = make("amqp")
+    crowds = [[Sub(t * 10_000 + i) for i in range(2_000)] for t in range(40)]
+    for t, crowd in enumerate(crowds):
+        m.subscribe_many([(f"k{t}", s) for s in crowd])
+    topics = [f"k{t}" for t in range(len(crowds))]
+
+    def check() -> None:
+        for _ in range(3):  # the second conversion keeps an answer, the third copies it
+            want = [_ids(c) for c in crowds]
+            assert [_ids(m.lookup(t)) for t in topics] == want
+            assert [_ids(r) for r in m.lookup_many(topics)] == want
+            assert _flat_ids(m, topics) == want
+
+    made = 0
+    for _ in range(3):
+        check()
+        for t, crowd in enumerate(crowds):
+            crowd.append(Sub(1_000_000 + made))
+            m.subscribe(f"k{t}", crowd[-1])
+            made += 1
+        check()
+        for crowd in crowds:
+            m.remove_subscriber(crowd.pop(made % len(crowd)))
+
+
+@pytest.mark.parametrize(
+    "make",
     [
         lambda: tm.Trie("mqtt", cache_size=64),
         lambda: tm.CSTrie("mqtt", cache_size=64),
