@@ -31,11 +31,11 @@
 //! ids in all (the tuples hold references to objects the registry already keeps alive: 8 bytes
 //! a subscriber, plus 4 for its id). A topic's tuple is made the second time its large answer
 //! is converted (a doorkeeper bit per hash, cleared when half are set), so topics seen once
-//! cost a hash and a bit. Tuples kept under topics hold at most [`TOPIC_MAX_IDS`] ids, what
-//! stays in a processor's caches: a bare matcher with thousands of large answers converts
-//! most of them, which is faster than copying tuples from memory, and keeps the first ones
-//! seen twice until a release clears them (a bit per kept topic spares the others the probe
-//! of their set). The tables are allocated on the first large answer: a matcher that never
+//! cost a hash and a bit. Tuples kept under topics hold at most [`TOPIC_MAX_IDS`] ids of
+//! answers shorter than [`TOPIC_LARGE`], what stays in a processor's caches: a bare matcher
+//! with thousands of such answers converts most of them, which is faster than copying tuples
+//! from memory, and keeps the first ones seen twice until a release clears them (a bit per
+//! kept topic spares the others the probe of their set). The tables are allocated on the first large answer: a matcher that never
 //! returns one pays nothing.
 //!
 //! Locks: a slot's mutex is held only to clone or swap an `Arc`, never while Python code can
@@ -72,6 +72,13 @@ const MAX_IDS: usize = 1 << 21;
 /// at 55M matches/s with every answer kept and 91M with none, while one hot answer of 180
 /// cost 6.9 ns a subscriber kept and 10.6 converted (2026-11-28).
 const TOPIC_MAX_IDS: usize = 1 << 16;
+
+/// Answers kept under topics this long or longer do not count in [`TOPIC_MAX_IDS`]: copying
+/// them beats converting even from memory, where the cost of finding a tuple (a few cold
+/// lines) is small beside the subscribers'. Not tuned: a hot answer of 100,000 cost 8.9 ns a
+/// subscriber copied and 10.7 converted (`Trie`), 15.4-16.0 and 20.3-20.7 (`CSTrie`), and
+/// cold answers of about 170 converted faster; where between the two it turns is not measured.
+const TOPIC_LARGE: usize = 1024;
 
 /// Doorkeeper bits, a few per slot.
 const DOOR_BITS: usize = 1 << 16;
@@ -152,9 +159,18 @@ impl Answer {
     /// Its subscribers counted in [`Answers::held_topics`].
     fn topic_len(&self) -> usize {
         match self.made {
-            Made::Topic(..) => self.len,
+            Made::Topic(..) => topic_len(self.len),
             Made::Stamp(_) => 0,
         }
+    }
+}
+
+/// The ids an answer of `len` kept under its topic counts in [`Answers::held_topics`].
+fn topic_len(len: usize) -> usize {
+    if len < TOPIC_LARGE {
+        len
+    } else {
+        0
     }
 }
 
@@ -266,7 +282,7 @@ impl Answers {
         if let Key::Stamp(_) = key {
             return true;
         }
-        if self.held_topics.load(Relaxed) + ids.len() > TOPIC_MAX_IDS {
+        if self.held_topics.load(Relaxed) + topic_len(ids.len()) > TOPIC_MAX_IDS {
             // Full: kept until a release clears them, the answers already kept stay the ones
             // served (no churn of tuples made and dropped).
             return false;
@@ -321,15 +337,16 @@ impl Answers {
             self.held.fetch_sub(ids.len(), Relaxed);
             return;
         }
-        let topic_len = if let Key::Topic(_) = key { ids.len() } else { 0 };
-        if self.held_topics.fetch_add(topic_len, Relaxed) + topic_len
-            > TOPIC_MAX_IDS + replaced_topic
-        {
+        let (topic, counted) = match key {
+            Key::Topic(_) => (true, topic_len(ids.len())),
+            Key::Stamp(_) => (false, 0),
+        };
+        if self.held_topics.fetch_add(counted, Relaxed) + counted > TOPIC_MAX_IDS + replaced_topic {
             self.held.fetch_sub(ids.len(), Relaxed);
-            self.held_topics.fetch_sub(topic_len, Relaxed);
+            self.held_topics.fetch_sub(counted, Relaxed);
             return;
         }
-        if topic_len > 0 {
+        if topic {
             // Before it is stored: a probe that finds the bit clear only misses a copy.
             let (word, mask) = tables.kept_bit(h);
             word.fetch_or(mask, Relaxed);

@@ -122,18 +122,24 @@ def test_a_kept_answer_never_outlives_its_subscribers(cls):
         assert m.lookup("a.b") == []
 
 
+#: The matchers of `TOPIC_MATCHERS` but the scan, which 80,000 pairs would make slow, and the
+#: tries without a cache, whose answers are kept under their topics.
+BUDGET_MATCHERS = [c for c in TOPIC_MATCHERS if c.__name__ != "NaiveMatcher"]
+
+
 @pytest.mark.parametrize(
     "make",
-    [*TOPIC_MATCHERS, lambda d: tm.Trie(d, cache_size=0), lambda d: tm.CSTrie(d, cache_size=0)],
-    ids=[*(c.__name__ for c in TOPIC_MATCHERS), "Trie-bare", "CSTrie-bare"],
+    [*BUDGET_MATCHERS, lambda d: tm.Trie(d, cache_size=0), lambda d: tm.CSTrie(d, cache_size=0)],
+    ids=[*(c.__name__ for c in BUDGET_MATCHERS), "Trie-bare", "CSTrie-bare"],
 )
 def test_answers_past_the_budget_of_kept_topics_are_the_subscribers_of_now(make):
-    """More large answers than the tuples kept under topics may hold (65,536 ids): some are
-    kept, the rest converted. Each round a new object joins every crowd (the kept answers'
-    ids are no longer the answer), then one member leaves (a release, whose freed id a later
-    object takes): every lookup returns the objects subscribed now."""
+    """More large answers than the tuples kept under topics may hold (65,536 ids of answers
+    under 1,024): some are kept, the rest converted. Each round a new object joins every
+    crowd (the kept answers' ids are no longer the answer), then one member leaves (a
+    release, whose freed id a later object takes): every lookup returns the objects
+    subscribed now."""
     m = make("amqp")
-    crowds = [[Sub(t * 10_000 + i) for i in range(2_000)] for t in range(40)]
+    crowds = [[Sub(t * 10_000 + i) for i in range(500)] for t in range(160)]
     for t, crowd in enumerate(crowds):
         m.subscribe_many([(f"k{t}", s) for s in crowd])
     topics = [f"k{t}" for t in range(len(crowds))]
