@@ -35,8 +35,8 @@
 //! answers shorter than [`TOPIC_LARGE`], what stays in a processor's caches: a bare matcher
 //! with thousands of such answers converts most of them, which is faster than copying tuples
 //! from memory, and keeps the first ones seen twice until a release clears them (a bit per
-//! kept topic spares the others the probe of their set). The tables are allocated on the first large answer: a matcher that never
-//! returns one pays nothing.
+//! kept topic spares the others the probe of their set). The tables are allocated on the
+//! first large answer: a matcher that never returns one pays nothing.
 //!
 //! Locks: a slot's mutex is held only to clone or swap an `Arc`, never while Python code can
 //! run (a tuple dropped can run a subscriber's `__del__`, which may look up this matcher).
