@@ -178,7 +178,7 @@ impl PSet {
             Repr::Small(one) => *one == Some(id),
             Repr::Few(few) => few.ids().contains(&id),
             Repr::Many { root, .. } => {
-                block(root, id).is_some_and(|b| b.binary_search(&id).is_ok())
+                block(root, block_of(id)).is_some_and(|b| b.binary_search(&id).is_ok())
             }
         }
     }
@@ -229,7 +229,7 @@ impl PSet {
             }
             Repr::Many { root, len, .. } => {
                 let key = block_of(id);
-                let ids: Block = match block(root, id) {
+                let ids: Block = match block(root, key) {
                     Some(b) => match b.binary_search(&id) {
                         Ok(_) => return self.clone(),
                         Err(at) => b[..at]
@@ -270,7 +270,8 @@ impl PSet {
                 })
             }
             Repr::Many { root, len, .. } => {
-                let b = block(root, id)?;
+                let key = block_of(id);
+                let b = block(root, key)?;
                 let at = b.binary_search(&id).ok()?;
                 let len = len - 1;
                 if len as usize <= FEW_MAX {
@@ -283,7 +284,6 @@ impl PSet {
                     });
                     return Some(PSet(Repr::Few(Few::new(&ids))));
                 }
-                let key = block_of(id);
                 let root = if b.len() == 1 {
                     match remove(root, false, 0, key.hash64(), &key, &mut no_moves()) {
                         Removed::Node(root) => root,
@@ -348,9 +348,8 @@ impl PSet {
     }
 }
 
-/// The block that would hold `id`, if there is one.
-fn block(root: &NodeRef<u32, Block>, id: u32) -> Option<&Block> {
-    let key = block_of(id);
+/// The block numbered `key` ([`block_of`]), if the set has one.
+fn block(root: &NodeRef<u32, Block>, key: u32) -> Option<&Block> {
     find(root, key.hash64(), &key).map(|(_, b)| b)
 }
 
@@ -383,6 +382,13 @@ mod tests {
     const STEPS: u32 = if cfg!(miri) { 300 } else { 20_000 };
     const LARGE: u32 = if cfg!(miri) { 100 } else { 10_000 };
 
+    /// One step of Marsaglia's xorshift64: the tests' source of ids and choices.
+    fn xorshift(x: &mut u64) {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+    }
+
     fn ids(s: &PSet) -> BTreeSet<u32> {
         let mut out = BTreeSet::new();
         s.for_each(&mut |id| assert!(out.insert(id), "id {id} twice"));
@@ -394,9 +400,7 @@ mod tests {
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         let (mut set, mut model) = (PSet::default(), BTreeSet::new());
         for step in 0..STEPS {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             // Few ids, so that the set often shrinks back to one and to none.
             let id = (x % 6) as u32;
             let before = set.clone();
@@ -432,9 +436,7 @@ mod tests {
         let (mut set, mut model) = (PSet::default(), BTreeSet::new());
         let mut kept = Vec::new();
         for step in 0..4 * PHASE {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             let id = (x % RANGE) as u32;
             let growing = (step / PHASE) % 2 == 0;
             // Seven in eight updates insert while growing, one in eight while shrinking.
@@ -477,9 +479,7 @@ mod tests {
         let mut kept = Vec::new();
         let range = FEW_MAX as u64 * 2;
         for step in 0..8 * range as u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             // Half the steps spread ids over some 2,000 blocks, half keep them in two.
             let n = (x % range) as u32;
             let id = if step % 2 == 0 {
