@@ -16,7 +16,7 @@ use std::sync::RwLock;
 use smallvec::SmallVec;
 
 use crate::cstrie::WordsHasher;
-use crate::dialect::{Dialect, Key, Pattern, Topic};
+use crate::dialect::{AsKey, Dialect, Key, Pattern, Topic};
 use crate::error::Result;
 use crate::matcher::{dedup_from, Matcher, SubscriberId};
 
@@ -279,7 +279,7 @@ impl Trie {
 
     /// Adds the pair; `true` if it was not there. A pair already there is found under the
     /// read lock, so subscribing again (a client that reconnects) never stops the readers.
-    fn add(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+    fn add<K: AsKey>(&self, keys: &[K], id: SubscriberId) -> bool {
         if self.read().holds(keys, id) {
             return false;
         }
@@ -306,18 +306,19 @@ impl Inner {
     }
 
     /// The node of the pattern with these keys, if the trie has its path.
-    fn find(&self, keys: &[Key<'_>]) -> Option<NodeId> {
-        keys.iter().try_fold(ROOT, |node, &k| self.child(node, k))
+    fn find<K: AsKey>(&self, keys: &[K]) -> Option<NodeId> {
+        keys.iter()
+            .try_fold(ROOT, |node, k| self.child(node, k.key()))
     }
 
     /// Whether `id` is subscribed to the pattern with these keys.
-    fn holds(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+    fn holds<K: AsKey>(&self, keys: &[K], id: SubscriberId) -> bool {
         self.find(keys)
             .is_some_and(|node| self.nodes[node as usize].subscribers.contains(id))
     }
 
     /// Adds the pair; `true` if it was not there.
-    fn subscribe(&mut self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+    fn subscribe<K: AsKey>(&mut self, keys: &[K], id: SubscriberId) -> bool {
         let node = self.find_or_insert(keys);
         if !self.nodes[node as usize].subscribers.insert(id) {
             return false;
@@ -332,7 +333,7 @@ impl Inner {
     }
 
     /// Removes the pair; `true` if it was there.
-    fn unsubscribe(&mut self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+    fn unsubscribe<K: AsKey>(&mut self, keys: &[K], id: SubscriberId) -> bool {
         let Some(node) = self.find(keys) else {
             return false;
         };
@@ -367,9 +368,10 @@ impl Inner {
         }
     }
 
-    fn find_or_insert(&mut self, keys: &[Key<'_>]) -> NodeId {
+    fn find_or_insert<K: AsKey>(&mut self, keys: &[K]) -> NodeId {
         let mut node = ROOT;
-        for &key in keys {
+        for key in keys {
+            let key = key.key();
             node = match self.child(node, key) {
                 Some(next) => next,
                 None => {
@@ -537,7 +539,7 @@ impl Matcher for Trie {
             self.dialect,
             "pattern of another dialect"
         );
-        self.add(&pattern.keys(), id)
+        self.add(pattern.tokens(), id)
     }
 
     fn unsubscribe(&self, pattern: &Pattern, id: SubscriberId) -> bool {
@@ -546,7 +548,7 @@ impl Matcher for Trie {
             self.dialect,
             "pattern of another dialect"
         );
-        self.write().unsubscribe(&pattern.keys(), id)
+        self.write().unsubscribe(pattern.tokens(), id)
     }
 
     fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {

@@ -80,6 +80,7 @@ use self::reclaim::Writing;
 use self::sharing::Sharing;
 use self::snapshot::RootNode;
 pub use self::validate::Quiescence;
+use crate::dialect::AsKey;
 use crate::dialect::{Dialect, Pattern, Topic};
 use crate::error::Result;
 use crate::matcher::{dedup_from, Matcher, SubscriberId};
@@ -233,20 +234,20 @@ impl CSTrie {
 
     /// The chain of fresh I-nodes for `rest` (at least one key), whose last branch holds `id`.
     /// Built bottom-up in a loop, so a 100,000-word pattern costs no stack.
-    fn chain(rest: &[Key<'_>], id: SubscriberId, gen: Gen) -> Arc<INode> {
+    fn chain<K: AsKey>(rest: &[K], id: SubscriberId, gen: Gen) -> Arc<INode> {
         let (last, above) = rest.split_last().expect("a non-empty rest");
         let leaf = Branch {
             subs: PSet::default().insert(id),
             next: None,
         };
-        let mut cn = CNode::default().with(*last, leaf).0;
-        for &key in above.iter().rev() {
+        let mut cn = CNode::default().with(last.key(), leaf).0;
+        for key in above.iter().rev() {
             let inode = Arc::new(INode::new(gen, Main::C(cn)));
             let branch = Branch {
                 subs: PSet::default(),
                 next: Some(inode),
             };
-            cn = CNode::default().with(key, branch).0;
+            cn = CNode::default().with(key.key(), branch).0;
         }
         Arc::new(INode::new(gen, Main::C(cn)))
     }
@@ -255,7 +256,7 @@ impl CSTrie {
     ///
     /// The pair is counted in `sharing` before the first attempt to publish it, and given
     /// back if a later attempt finds it there after all (`sharing.rs`).
-    fn insert(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+    fn insert<K: AsKey>(&self, keys: &[K], id: SubscriberId) -> bool {
         let guard = &self.pin_for_write();
         // Whether `sharing` counts the pair yet.
         let mut counted = false;
@@ -294,7 +295,7 @@ impl CSTrie {
                     }
                     continue 'restart;
                 }
-                let key = keys[depth];
+                let key = keys[depth].key();
                 let branch = cn.get(key);
                 if depth + 1 == keys.len() {
                     // 2) the last word: add `id` to its branch. A pair already there is told
@@ -362,7 +363,7 @@ impl CSTrie {
     }
 
     /// remove (figure 3), as a loop: `true` if the pair was there.
-    fn remove(&self, keys: &[Key<'_>], id: SubscriberId) -> bool {
+    fn remove<K: AsKey>(&self, keys: &[K], id: SubscriberId) -> bool {
         let guard = &self.pin_for_write();
         // The I-nodes above the current one, with the key taken out of each.
         let mut path: Vec<(&INode, Key<'_>)> = Vec::new();
@@ -401,7 +402,7 @@ impl CSTrie {
                     }
                     continue 'restart;
                 }
-                let key = keys[depth];
+                let key = keys[depth].key();
                 let Some(branch) = cn.get(key) else {
                     return false;
                 };
@@ -854,7 +855,7 @@ impl Matcher for CSTrie {
             self.dialect,
             "pattern of another dialect"
         );
-        if self.read_only || !self.insert(&pattern.keys(), id) {
+        if self.read_only || !self.insert(pattern.tokens(), id) {
             return false;
         }
         self.len.fetch_add(1, Relaxed);
@@ -868,7 +869,7 @@ impl Matcher for CSTrie {
             self.dialect,
             "pattern of another dialect"
         );
-        if self.read_only || !self.remove(&pattern.keys(), id) {
+        if self.read_only || !self.remove(pattern.tokens(), id) {
             return false;
         }
         self.len.fetch_sub(1, Relaxed);

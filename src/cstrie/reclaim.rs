@@ -8,7 +8,7 @@
 //! glibc waited on that arena's lock, asleep, while the writer allocated.
 //!
 //! Here a write keeps the main nodes it retires in a batch of its own thread. Every
-//! [`FLUSH_EVERY`] writes the batch is sealed: one deferred function for the whole batch, which
+//! [`FLUSH_EVERY`] writes that retired a node the batch is sealed: one deferred function for the whole batch, which
 //! only marks it ready. The thread frees its ready batches then, where the memory came from
 //! (glibc's cache of the thread, the node pool's list of the thread).
 //!
@@ -223,11 +223,16 @@ std::thread_local! {
     /// [`LIMBO`], and constant-initialized without a destructor, so that a write's start and
     /// end read it without the lazy-initialization check.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Outermost writes this thread has ended.
+    /// Outermost writes this thread has ended that retired a node.
     static WRITES: Cell<u32> = const { Cell::new(0) };
+    /// Whether the write in progress on this thread retired a node into [`LIMBO`]. A write
+    /// that changed nothing (a pair already there, or one not there to remove) has nothing
+    /// to flush and is not counted: when it was, every sixteenth such write flushed to the
+    /// collector, a tenth of subscribing a pair already there.
+    static KEPT: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Outermost writes by one thread between two flushes of its retired nodes.
+/// Outermost writes by one thread that retired a node, between two flushes of its retired nodes.
 ///
 /// Why flush at all: crossbeam-epoch keeps up to 64 retired objects per thread and tries to
 /// free garbage only every 128 pins, so a replaced main node was freed some hundreds of writes
@@ -240,7 +245,7 @@ std::thread_local! {
 const FLUSH_EVERY: u32 = 16;
 
 /// A write in progress on this thread, pinned: [`retire`] keeps what the write retires for
-/// this thread to free. Every [`FLUSH_EVERY`] outermost writes, dropping one seals the
+/// this thread to free. Every [`FLUSH_EVERY`] outermost writes that retired a node, dropping one seals the
 /// thread's open batch, flushes it to the collector, and frees the thread's ready batches.
 /// Under loom it is only the guard: the models count on the collector's own schedule.
 pub(super) struct Writing {
@@ -271,7 +276,7 @@ impl Drop for Writing {
             d.set(d.get() - 1);
             d.get()
         });
-        if depth > 0 {
+        if depth > 0 || !KEPT.with(|k| k.replace(false)) {
             return;
         }
         let writes = WRITES.with(|w| {
@@ -323,6 +328,7 @@ pub(super) unsafe fn retire(
                     Ok(mut l) => {
                         // SAFETY: the caller's contract: `m` is unlinked and retired once, here.
                         l.open.push(unsafe { m.into_owned() });
+                        KEPT.with(|k| k.set(true));
                         true
                     }
                     // Borrowed by a flush whose deferred function wrote: retired below.
