@@ -1,6 +1,7 @@
 //! Parsing a topic against its physical limit: `Dialect::parse_topic` beside a split of the
 //! same string into words on the stack, in each dialect, on the seed's topic
-//! (`foo.bar.baz.qux.quux`) and on a longer one of 12 words (past the words held inline).
+//! (`foo.bar.baz.qux.quux`) and on a longer one of 12 words (past the words held inline); and
+//! `Dialect::check_pattern` on the seed's pattern beside the same split.
 //! `cargo bench --bench parse -- --quick`.
 
 use std::hint::black_box;
@@ -34,6 +35,18 @@ fn parse(c: &mut Criterion) {
             .map(|i| format!("level{i}"))
             .collect::<Vec<_>>()
             .join(&sep.to_string());
+        // The seed's pattern, `foo.*.baz.qux.quux` in the dialect's spelling: scanned as a
+        // subscribe of its text scans it (`check_pattern` builds nothing, as the tries' writes
+        // walk the words where they lie).
+        let pattern = ["foo", d.one_word(), "baz", "qux", "quux"].join(&sep.to_string());
+        g.bench_function(
+            BenchmarkId::new(format!("{d}/seed pattern"), "check_pattern"),
+            |b| b.iter(|| d.check_pattern(black_box(&pattern)).is_ok()),
+        );
+        g.bench_function(
+            BenchmarkId::new(format!("{d}/seed pattern"), "stack split"),
+            |b| b.iter(|| stack_split(black_box(&pattern), d.separator())),
+        );
         for (label, text) in [("seed", &short), ("12 words", &long)] {
             g.bench_function(
                 BenchmarkId::new(format!("{d}/{label}"), "parse_topic"),
