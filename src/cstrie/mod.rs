@@ -264,15 +264,16 @@ impl CSTrie {
             let root = self.rdcss_read_root(false, guard);
             let startgen = root.gen;
             let mut i = root;
-            // The parent of `i`, the key of `i` in it, and whether the parent is the root.
-            let mut parent: Option<(&INode, Key<'_>, bool)> = None;
+            // The parent of `i` (its key in it is `keys[depth - 1]`): only a tomb asks for it,
+            // so the walk keeps the pointer alone.
+            let mut parent: Option<&INode> = None;
             let mut depth = 0;
             loop {
                 let m = self.gcas_read(i, guard);
                 let Some(cn) = Self::cnode(m) else {
                     // 0) a tomb: clean the parent, then start over
-                    if let Some((p, key, p_is_root)) = parent {
-                        self.clean(p, key, i, p_is_root, guard);
+                    if let Some(p) = parent {
+                        self.clean(p, keys[depth - 1].key(), i, depth == 1, guard);
                     }
                     continue 'restart;
                 };
@@ -319,7 +320,7 @@ impl CSTrie {
                 match branch.and_then(|b| b.next.as_deref().map(|x| (b, x))) {
                     // 3a) descend
                     Some((_, x)) if x.gen == startgen => {
-                        parent = Some((i, key, depth == 0));
+                        parent = Some(i);
                         i = x;
                         depth += 1;
                     }
