@@ -28,14 +28,22 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+};
 use arrow_array::{Array, Int64Array, ListArray, StringArray};
 use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field};
 
+use crate::dialect::Dialect;
+use crate::groups;
 use crate::matcher::{Matcher, SubscriberId};
 
 /// The reason given for a null topic.
 pub const NULL_TOPIC: &str = "null topic";
+
+/// The reason [`pattern_errors`] gives for a null pattern.
+pub const NULL_PATTERN: &str = "null pattern";
 
 /// The answer of [`lookup_arrow`]: one row per topic.
 #[derive(Debug)]
@@ -80,10 +88,15 @@ pub fn lookup_arrow_with<M: Matcher + ?Sized>(
         DataType::Utf8 => route(matcher, topics.as_string::<i32>().iter(), values),
         DataType::LargeUtf8 => route(matcher, topics.as_string::<i64>().iter(), values),
         DataType::Utf8View => route(matcher, topics.as_string_view().iter(), values),
-        other => Err(ArrowError::InvalidArgumentError(format!(
-            "topics must be an Arrow string, large_string or string_view array, not {other}"
-        ))),
+        other => Err(not_strings("topics", other)),
     }
+}
+
+/// The error for an array of `other` type where strings were expected.
+fn not_strings(what: &str, other: &DataType) -> ArrowError {
+    ArrowError::InvalidArgumentError(format!(
+        "{what} must be an Arrow string, large_string or string_view array, not {other}"
+    ))
 }
 
 /// The loop of [`lookup_arrow`], once per string layout.
@@ -149,4 +162,92 @@ fn reasons_column(n: usize, reasons: &[(usize, String)]) -> StringArray {
                 .map(|(_, text)| text.as_str())
         })
         .collect()
+}
+
+/// Why each pattern of `patterns` (`string`, `large_string` or `string_view`) cannot be
+/// subscribed in `dialect`: a string column, null for a pattern `subscribe` would take (an
+/// MQTT `$share/{group}/{filter}` included), the error `subscribe` would raise for any other,
+/// and [`NULL_PATTERN`] for a null. A table of subscriptions is checked in one call, and its
+/// bad rows found without redoing it row by row.
+///
+/// ```
+/// use arrow_array::{Array, StringArray};
+/// use topicmatch::{arrow::pattern_errors, Dialect};
+///
+/// let patterns = StringArray::from(vec![Some("a/+/c"), Some("a/#/c"), None]);
+/// let reasons = pattern_errors(Dialect::Mqtt, &patterns).unwrap();
+/// assert!(reasons.is_null(0) && reasons.value(1).contains('#'));
+/// assert_eq!(reasons.value(2), "null pattern");
+/// ```
+pub fn pattern_errors(dialect: Dialect, patterns: &dyn Array) -> Result<StringArray, ArrowError> {
+    let mut reasons = Vec::new();
+    for (row, pattern) in strings(patterns, "patterns")?.enumerate() {
+        let reason = match pattern {
+            None => NULL_PATTERN.to_owned(),
+            Some(text) => match groups::check_subscription(dialect, text, None) {
+                Ok(()) => continue,
+                Err(e) => e.to_string(),
+            },
+        };
+        reasons.push((row, reason));
+    }
+    Ok(reasons_column(patterns.len(), &reasons))
+}
+
+/// The rows of a `string`, `large_string` or `string_view` array; any other type is an error
+/// that calls the array `what`.
+pub fn strings<'a>(
+    array: &'a dyn Array,
+    what: &str,
+) -> Result<Box<dyn Iterator<Item = Option<&'a str>> + 'a>, ArrowError> {
+    Ok(match array.data_type() {
+        DataType::Utf8 => Box::new(array.as_string::<i32>().iter()),
+        DataType::LargeUtf8 => Box::new(array.as_string::<i64>().iter()),
+        DataType::Utf8View => Box::new(array.as_string_view().iter()),
+        other => return Err(not_strings(what, other)),
+    })
+}
+
+/// The rows of an integer array of any width as `i64`s. Any other type is an
+/// `InvalidArgumentError`, a `uint64` past `i64::MAX` a `CastError` naming its row; both call
+/// the array `what`.
+pub fn integers(array: &dyn Array, what: &str) -> Result<Vec<Option<i64>>, ArrowError> {
+    macro_rules! widened {
+        ($t:ty) => {
+            array
+                .as_primitive::<$t>()
+                .iter()
+                .map(|v| v.map(i64::from))
+                .collect()
+        };
+    }
+    Ok(match array.data_type() {
+        DataType::Int8 => widened!(Int8Type),
+        DataType::Int16 => widened!(Int16Type),
+        DataType::Int32 => widened!(Int32Type),
+        DataType::Int64 => widened!(Int64Type),
+        DataType::UInt8 => widened!(UInt8Type),
+        DataType::UInt16 => widened!(UInt16Type),
+        DataType::UInt32 => widened!(UInt32Type),
+        DataType::UInt64 => array
+            .as_primitive::<UInt64Type>()
+            .iter()
+            .enumerate()
+            .map(|(row, v)| {
+                v.map(|v| {
+                    i64::try_from(v).map_err(|_| {
+                        ArrowError::CastError(format!(
+                            "{what}[{row}] = {v} is past the int64 range"
+                        ))
+                    })
+                })
+                .transpose()
+            })
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "{what} must be an Arrow integer array, not {other}"
+            )))
+        }
+    })
 }

@@ -24,6 +24,7 @@ from topicmatch._core import (
     __version__,
     intersects,
     matches,
+    pattern_errors,
     subsumes,
 )
 
@@ -45,5 +46,6 @@ __all__ = [
     "__version__",
     "intersects",
     "matches",
+    "pattern_errors",
     "subsumes",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "_gil_stats",
     "intersects",
     "matches",
+    "pattern_errors",
     "subsumes",
 ]
 
@@ -48,6 +49,11 @@ def subsumes(a: _Text, b: _Text, dialect: _Dialect = "amqp") -> bool:
     """Whether every topic that `b` matches, `a` matches too. Raises ValueError when deciding
     it would take more than about a million steps (only AMQP patterns with `#` before other
     wildcards can ask for that)."""
+
+def pattern_errors(patterns: _ArrowArrayExportable, dialect: _Dialect = "amqp") -> Any:
+    """Why each pattern of an Arrow string array cannot be subscribed in `dialect`, as a
+    pyarrow string array: null for a valid pattern, the reason `subscribe` would give for an
+    invalid one, "null pattern" for a null."""
 
 def _gil_stats() -> dict[str, int]:
     """The GIL rule's counters: decisions `released` and `kept`, and the expected waits to take
@@ -68,6 +74,13 @@ class _TopicMatcher:
     def subscribe_many(self, subscriptions: _Pairs) -> int:
         """(pattern, subscriber) pairs and (pattern, subscriber, group) triples, all checked
         before any is added; returns how many were new."""
+
+    def subscribe_arrow(
+        self, patterns: _ArrowArrayExportable, subscribers: _ArrowArrayExportable
+    ) -> int:
+        """The pairs of two Arrow arrays of one length: patterns (strings) and subscribers
+        (ints of any width), all checked before any is added, with the GIL released; returns
+        how many were new."""
 
     def unsubscribe(
         self, pattern: _Text, subscriber: Hashable, group: str | None = None

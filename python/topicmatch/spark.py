@@ -13,24 +13,27 @@ What runs where
 ---------------
 
 Driver, once per call to :func:`route`:
-    the subscriptions are collected (``pattern``, ``subscriber`` cast to string), validated (an
-    invalid pattern raises :class:`topicmatch.InvalidPattern` naming the row, before any
-    message is routed), and built into one matcher. Each distinct subscriber gets an integer
-    id; the matcher holds ``(pattern, id)`` pairs. Its pickled form (the pairs, see
-    ``__reduce__``) and the subscriber names are written to one file, which goes to the
-    workers with the session's artifacts (``addArtifacts(file=True)``): on a classic session
-    that is ``SparkContext.addFile``, on a Spark Connect session an upload to the server in
-    small chunks. Neither needs a ``SparkContext``, and neither puts the matcher in the query
-    plan, whose size Spark Connect caps (one gRPC message of 128 MiB, after compression) and
-    which it sends again with every action. The exception is a stream on Spark Connect, whose
-    micro-batches run without the session's artifacts: there the matcher rides in the
-    ``mapInArrow`` function, in a plan sent once, when the query starts, and :func:`route`
-    raises ``ValueError`` if it would not fit.
+    the subscriptions are collected as Arrow (``pattern``, ``subscriber`` cast to string) and
+    validated in one call (:func:`topicmatch.pattern_errors`: an invalid pattern raises
+    :class:`topicmatch.InvalidPattern` naming the row, before any message is routed). The
+    subscriber column is dictionary-encoded, so each distinct subscriber gets an integer id and
+    its name sits once in the dictionary; the two columns, with the matcher's class, dialect
+    and options in the schema's metadata, are written in Arrow's IPC format to one file, which
+    goes to the workers with the session's artifacts (``addArtifacts(file=True)``): on a
+    classic session that is ``SparkContext.addFile``, on a Spark Connect session an upload to
+    the server in small chunks. Neither needs a ``SparkContext``, and neither puts the
+    subscriptions in the query plan, whose size Spark Connect caps (one gRPC message of 128
+    MiB, after compression) and which it sends again with every action. The exception is a
+    stream on Spark Connect, whose micro-batches run without the session's artifacts: there
+    the subscriptions ride in the ``mapInArrow`` function, in a plan sent once, when the query
+    starts, and :func:`route` raises ``ValueError`` if they would not fit. No matcher is built
+    on the driver, and no Python object is made per subscription.
 
 Python worker, once per worker process and route call:
-    the matcher is rebuilt from that file (``SparkFiles.get``) and kept in a module-level cache
-    keyed by a key made for the call, so later tasks and later micro-batches that reach the
-    same (reused) worker do not rebuild it.
+    the matcher is built from that file (``SparkFiles.get``): its ``subscribe_arrow`` takes
+    the pattern column and the ids as the Arrow arrays they are, in one call that writes with
+    the GIL released. It is kept in a module-level cache keyed by a key made for the call, so
+    later tasks and later micro-batches that reach the same (reused) worker do not rebuild it.
 
 Python worker, once per Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows,
 10,000 by default), through ``mapInArrow``:
@@ -65,7 +68,8 @@ from __future__ import annotations
 
 import atexit
 import functools
-import pickle
+import importlib
+import json
 import shutil
 import tempfile
 import uuid
@@ -76,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -149,38 +154,74 @@ def _matcher_options(cls: type, cache_size: int | None) -> dict[str, int]:
     return {}
 
 
-def _build(
-    rows: list[tuple[Any, Any]], dialect: str, cls: type, options: dict[str, int]
-) -> tuple[Any, list[str]]:
-    """Validates the collected (pattern, subscriber) rows and builds the matcher over
-    subscriber ids. Raises InvalidPattern or ValueError naming the first bad row."""
-    names: list[str] = []
-    ids: dict[str, int] = {}
-    pairs: list[tuple[str, int]] = []
-    for i, (pattern, subscriber) in enumerate(rows):
+def _subscriptions(
+    table: pa.Table, dialect: str, cls: type, options: dict[str, Any]
+) -> pa.RecordBatch:
+    """The collected (pattern, subscriber) columns, validated, as the batch the workers build
+    their matcher from: ``pattern`` as it came, ``subscriber`` dictionary-encoded (each
+    distinct subscriber an int32 id into its dictionary of names). The matcher's class, its
+    dialect and options ride in the schema's metadata. Raises InvalidPattern or ValueError
+    naming the first bad row, and whatever `cls` raises for `dialect` and `options`."""
+    # The workers build the matcher; here its options are only checked, on an empty one.
+    cls(dialect, **options)
+    patterns = table.column(0).combine_chunks()
+    subscribers = table.column(1).combine_chunks()
+    faults: list[tuple[int, Exception]] = []
+    reasons = tm.pattern_errors(patterns, dialect)
+    if reasons.null_count < len(reasons):
+        row = pc.index(reasons.is_valid(), True).as_py()
+        pattern = patterns[row].as_py()
         if pattern is None:
-            raise tm.InvalidPattern(f"subscriptions row {i}: the pattern is null")
-        if subscriber is None:
-            raise ValueError(f"subscriptions row {i} (pattern {pattern!r}): the subscriber is null")
-        sid = ids.get(subscriber)
-        if sid is None:
-            sid = ids[subscriber] = len(names)
-            names.append(subscriber)
-        pairs.append((pattern, sid))
-    try:
-        return cls(dialect, pairs, **options), names
-    except tm.InvalidPattern:
-        pass
-    # Find the first bad row to name it; only on the error path.
-    probe = tm.NaiveMatcher(dialect)
-    for i, (pattern, subscriber) in enumerate(rows):
-        try:
-            probe.subscribe(pattern, 0)
-        except tm.InvalidPattern as err:
-            raise tm.InvalidPattern(
-                f"subscriptions row {i} (pattern {pattern!r}, subscriber {subscriber!r}): {err}"
-            ) from None
-    raise AssertionError("the matcher rejected a pattern that no row holds")  # pragma: no cover
+            fault = tm.InvalidPattern(f"subscriptions row {row}: the pattern is null")
+        else:
+            fault = tm.InvalidPattern(
+                f"subscriptions row {row} (pattern {pattern!r}, subscriber "
+                f"{subscribers[row].as_py()!r}): {reasons[row].as_py()}"
+            )
+        faults.append((row, fault))
+    if subscribers.null_count:
+        row = pc.index(subscribers.is_null(), True).as_py()
+        faults.append(
+            (
+                row,
+                ValueError(
+                    f"subscriptions row {row} (pattern {patterns[row].as_py()!r}): the "
+                    "subscriber is null"
+                ),
+            )
+        )
+    if faults:
+        raise min(faults, key=lambda fault: fault[0])[1]
+    meta = {
+        "matcher": f"{cls.__module__}:{cls.__qualname__}",
+        "dialect": dialect,
+        "options": json.dumps(options),
+    }
+    return pa.record_batch(
+        [patterns, subscribers.dictionary_encode()], names=["pattern", SUBSCRIBER], metadata=meta
+    )
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    """`batch` in Arrow's IPC stream format."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _rebuild(payload: bytes) -> tuple[Any, pa.Array]:
+    """The matcher and the subscriber names of a batch that `_subscriptions` made, shipped as
+    `payload` (`_ipc`): the pairs go to the matcher's ``subscribe_arrow`` in one call, which
+    reads the Arrow buffers in place and writes with the GIL released."""
+    batch = pa.ipc.open_stream(payload).read_next_batch()
+    meta = batch.schema.metadata
+    module, name = meta[b"matcher"].decode().split(":")
+    cls = functools.reduce(getattr, name.split("."), importlib.import_module(module))
+    matcher = cls(meta[b"dialect"].decode(), **json.loads(meta[b"options"]))
+    subscribers = batch.column(1)
+    matcher.subscribe_arrow(batch.column(0), subscribers.indices)
+    return matcher, subscribers.dictionary
 
 
 #: This process's folder of matcher files, made on first use and removed at exit. A classic
@@ -198,19 +239,18 @@ def _ship_dir() -> Path:
 
 
 def _ship(
-    spark: Any, built: Any, names: list[str], key: str, streaming: bool
-) -> MatcherFile | MatcherBytes:
-    """Ships the matcher and the names to the workers: as a file of the session's artifacts,
-    named after `key`; for a stream on Spark Connect, whose tasks do not see those, inside
-    the mapInArrow function."""
-    payload = pickle.dumps(built, protocol=5)
+    spark: Any, batch: pa.RecordBatch, key: str, streaming: bool
+) -> SubscriptionsFile | SubscriptionsBytes:
+    """Ships the subscriptions to the workers: as a file of the session's artifacts, named
+    after `key`; for a stream on Spark Connect, whose tasks do not see those, inside the
+    mapInArrow function."""
+    payload = _ipc(batch)
     if streaming and is_connect(spark):
-        _check_plan_size(payload, names)
-        return MatcherBytes(payload, names)
-    shipped = MatcherFile(f"topicmatch-matcher-{key}.pickle")
+        _check_plan_size(payload)
+        return SubscriptionsBytes(payload)
+    shipped = SubscriptionsFile(f"topicmatch-subscriptions-{key}.arrows")
     path = _ship_dir() / shipped.name
-    with path.open("wb") as f:
-        pickle.dump((payload, names), f, protocol=5)
+    path.write_bytes(payload)
     spark.addArtifacts(str(path), file=True)
     if is_connect(spark):
         path.unlink()  # uploaded: the server keeps its own copy
@@ -222,20 +262,20 @@ def _ship(
 CONNECT_PLAN_BYTES = 127 * 2**20
 
 
-def _check_plan_size(payload: bytes, names: list[str]) -> None:
-    """Raises ValueError when the matcher cannot travel in a Spark Connect query plan, rather
-    than let the query fail when it starts."""
-    if len(payload) + sum(len(n) + 5 for n in names) < CONNECT_PLAN_BYTES:
+def _check_plan_size(payload: bytes) -> None:
+    """Raises ValueError when the subscriptions cannot travel in a Spark Connect query plan,
+    rather than let the query fail when it starts."""
+    if len(payload) < CONNECT_PLAN_BYTES:
         return
     import zstandard
 
-    packed = len(zstandard.ZstdCompressor().compress(pickle.dumps((payload, names), protocol=5)))
+    packed = len(zstandard.ZstdCompressor().compress(payload))
     if packed >= CONNECT_PLAN_BYTES:
         raise ValueError(
-            f"on Spark Connect, a stream carries the matcher in its query plan, and this one "
-            f"({len(payload) / 2**20:,.0f} MiB pickled, {packed / 2**20:,.0f} MiB compressed, "
-            f"{len(names):,} subscribers) exceeds the 128 MiB of a Spark Connect message: route "
-            "the stream on a classic session, or split the subscriptions over several streams"
+            f"on Spark Connect, a stream carries the subscriptions in its query plan, and these "
+            f"({len(payload) / 2**20:,.0f} MiB as Arrow, {packed / 2**20:,.0f} MiB compressed) "
+            "exceed the 128 MiB of a Spark Connect message: route the stream on a classic "
+            "session, or split the subscriptions over several streams"
         )
 
 
@@ -243,33 +283,31 @@ def _check_plan_size(payload: bytes, names: list[str]) -> None:
 
 
 @dataclass(frozen=True)
-class MatcherBytes:
-    """The matcher of one route call carried in the mapInArrow function itself. For streams on
-    Spark Connect: their micro-batches run without the session's artifacts, and the query plan,
-    with the function in it, goes to the server once, when the query starts."""
+class SubscriptionsBytes:
+    """The subscriptions of one route call carried in the mapInArrow function itself. For
+    streams on Spark Connect: their micro-batches run without the session's artifacts, and the
+    query plan, with the function in it, goes to the server once, when the query starts."""
 
     payload: bytes
-    names: list[str]
 
     @property
-    def value(self) -> tuple[bytes, list[str]]:
-        return self.payload, self.names
+    def value(self) -> bytes:
+        return self.payload
 
 
 @dataclass(frozen=True)
-class MatcherFile:
-    """Where a worker finds the matcher of one route call: a file of the session's artifacts.
-    ``value`` reads it (on a worker, where ``SparkFiles`` knows the session's folder)."""
+class SubscriptionsFile:
+    """Where a worker finds the subscriptions of one route call: a file of the session's
+    artifacts. ``value`` reads it (on a worker, where ``SparkFiles`` knows the session's
+    folder)."""
 
     name: str
 
     @property
-    def value(self) -> tuple[bytes, list[str]]:
+    def value(self) -> bytes:
         from pyspark import SparkFiles
 
-        with open(SparkFiles.get(self.name), "rb") as f:
-            payload, names = pickle.load(f)
-        return payload, names
+        return Path(SparkFiles.get(self.name)).read_bytes()
 
 
 #: Per Python worker: matcher key -> (matcher, subscriber names as an Arrow array). The key is
@@ -282,13 +320,12 @@ rebuilds: Counter[str] = Counter()
 
 
 def _worker_state(shipped: Any, key: str) -> tuple[Any, pa.Array]:
-    """The matcher and names that `shipped` holds (anything whose ``value`` is the pickled
-    matcher and the names, such as a :class:`MatcherFile`), rebuilt once per process and
-    cached under `key`."""
+    """The matcher and names built from what `shipped` holds (anything whose ``value`` is the
+    Arrow IPC bytes of the subscriptions, such as a :class:`SubscriptionsFile`), once per
+    process, cached under `key`."""
     state = _WORKER_CACHE.get(key)
     if state is None:
-        payload, names = shipped.value
-        state = (pickle.loads(payload), pa.array(names, type=pa.string()))
+        state = _rebuild(shipped.value)
         rebuilds[key] += 1
         while len(_WORKER_CACHE) >= _WORKER_CACHE_SIZE:
             _WORKER_CACHE.pop(next(iter(_WORKER_CACHE)))
@@ -469,12 +506,13 @@ def route(
     """Routes every message of `messages_df` (batch or streaming) to the subscribers of
     `subscriptions_df` (batch) whose patterns match its topic in `dialect`.
 
-    The subscriptions are collected and built into a `matcher` (a class or a class name of
-    the ``topicmatch`` module; ``CSTrie`` if present, else ``Trie``) at once, so an invalid
-    pattern raises :class:`topicmatch.InvalidPattern` here, naming its row (its 0-based position
-    in the collected subscriptions, which for one file is its order in the file), its pattern
-    and its subscriber; a null pattern or subscriber is an error too. Nothing is routed until an
-    action or a streaming query runs on the result's DataFrames.
+    The subscriptions are collected and validated at once, and each worker builds them into a
+    `matcher` (a class or a class name of the ``topicmatch`` module; ``CSTrie`` if present,
+    else ``Trie``); an invalid pattern raises :class:`topicmatch.InvalidPattern` here, naming
+    its row (its 0-based position in the collected subscriptions, which for one file is its
+    order in the file), its pattern and its subscriber; a null pattern or subscriber is an
+    error too. Nothing is routed until an action or a streaming query runs on the result's
+    DataFrames.
 
     `cache_size` is given to the matcher's constructor (its result cache, in topics); by
     default the ``Trie`` and ``CSTrie`` get :data:`ROUTE_CACHE_SIZE`, sized for batch jobs
@@ -499,14 +537,13 @@ def route(
     cls = resolve_matcher(matcher)
     options = _matcher_options(cls, cache_size)
     # As Arrow, not Rows: a Row per subscription cost the driver 0.7-1.2 s at 100,000 of
-    # them, the Arrow table and its two lists 0.25-0.6 s (BENCHMARKS.md, "Where the time goes").
+    # them (BENCHMARKS.md, "Where the time goes"); the Arrow columns go on as they are.
     table = subscriptions_df.select(
         F.col(_quote(pattern_col)).cast("string"), F.col(_quote(subscriber_col)).cast("string")
     ).toArrow()
-    pairs = list(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
-    built, names = _build(pairs, dialect, cls, options)
+    batch = _subscriptions(table, dialect, cls, options)
     key = uuid.uuid4().hex
-    shipped = _ship(messages_df.sparkSession, built, names, key, messages_df.isStreaming)
+    shipped = _ship(messages_df.sparkSession, batch, key, messages_df.isStreaming)
 
     messages = messages_df.withColumn(topic_col, F.col(_quote(topic_col)).cast("string"))
     schema = T.StructType(

@@ -54,6 +54,17 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<ArrayRef> {
     Ok(make_array(data))
 }
 
+/// An arrow-rs error about the arrays a caller passed, as Python raises it: `TypeError` for an
+/// array of the wrong type, `OverflowError` for a value past what it must fit (`CastError`),
+/// `ValueError` for anything else.
+pub(crate) fn argument_error(e: arrow_schema::ArrowError) -> PyErr {
+    match e {
+        arrow_schema::ArrowError::InvalidArgumentError(why) => PyTypeError::new_err(why),
+        arrow_schema::ArrowError::CastError(why) => pyo3::exceptions::PyOverflowError::new_err(why),
+        other => PyValueError::new_err(other.to_string()),
+    }
+}
+
 /// One exported array, handed to `pyarrow.array` by its `__arrow_c_array__`: the capsules it
 /// returns own the C structs until pyarrow moves them out.
 #[pyclass(name = "_ArrowExport", module = "topicmatch._core", frozen)]

@@ -251,6 +251,16 @@ macro_rules! topic_matcher_class {
                 self.inner.lookup_arrow(topics)
             }
 
+            /// Subscribes the pairs of two Arrow arrays of one length, patterns (strings) and
+            /// subscribers (ints), all checked before any is added; returns how many were new.
+            fn subscribe_arrow(
+                &self,
+                patterns: &Bound<'_, PyAny>,
+                subscribers: &Bound<'_, PyAny>,
+            ) -> PyResult<usize> {
+                self.inner.subscribe_arrow(patterns, subscribers)
+            }
+
             /// How many subscribers `topic` reaches, without making their list.
             fn count(&self, topic: &Bound<'_, PyAny>) -> PyResult<usize> {
                 self.inner.count(topic)

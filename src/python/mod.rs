@@ -66,6 +66,20 @@ fn subsumes(
     gil::write(py, || crate::overlap::subsumes(&a, &b)).map_err(errors::to_py)
 }
 
+/// Why each pattern of an Arrow string array cannot be subscribed in `dialect`, as a pyarrow
+/// string array: null where `subscribe` would take the pattern, the reason it would raise
+/// `InvalidPattern` otherwise, "null pattern" for a null. The GIL is released for the array.
+#[pyfunction]
+#[pyo3(signature = (patterns, dialect = "amqp"))]
+fn pattern_errors<'py>(patterns: &Bound<'py, PyAny>, dialect: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = patterns.py();
+    let dialect = parse_dialect(dialect)?;
+    let array = arrow::import(patterns)?;
+    let reasons = gil::detach(py, || crate::arrow::pattern_errors(dialect, array.as_ref()))
+        .map_err(arrow::argument_error)?;
+    arrow::export(py, reasons)
+}
+
 #[pymodule(gil_used = false)]
 mod _core {
     #[pymodule_export]
@@ -83,7 +97,7 @@ mod _core {
     #[pymodule_export]
     use super::topic_store::TopicStorePy;
     #[pymodule_export]
-    use super::{intersects, matches, subsumes};
+    use super::{intersects, matches, pattern_errors, subsumes};
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use super::answers::{CollectorPaused, KeptTuple};
-use super::errors::{read_only, to_py, InvalidTopic};
+use super::errors::{read_only, to_py, InvalidPattern, InvalidTopic};
 use super::gil;
 use super::registry::{Found, Registry};
 use super::text::{utf8, Kind};
@@ -274,35 +274,51 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             }
         }
         let core = &self.core;
-        let mut added = 0;
-        for (start, chunk) in checked.chunks(CHUNK).enumerate() {
-            let chunk_ids = &ids[start * CHUNK..start * CHUNK + chunk.len()];
-            let chunk_groups = &groups[start * CHUNK..start * CHUNK + chunk.len()];
-            let texts = chunk
+        self.add_pinned(py, &ids, |rows| {
+            let texts = checked[rows.clone()]
                 .iter()
                 .map(|(pattern, _)| utf8(pattern, Kind::Pattern))
-                .collect::<PyResult<Vec<&str>>>();
-            let new: Vec<bool> = match texts {
-                // `str` and `bytes` are immutable, so each pattern is as valid as it was
-                // checked: no error comes back, and one would only count the pair as not new.
-                Ok(texts) => gil::detach(py, || {
-                    texts
-                        .iter()
-                        .zip(chunk_ids)
-                        .zip(chunk_groups)
-                        .map(|((text, &id), group)| {
-                            matches!(core.subscribe_in(group.as_deref(), text, id), Ok(true))
-                        })
-                        .collect()
-                }),
+                .collect::<PyResult<Vec<&str>>>()?;
+            // `str` and `bytes` are immutable, so each pattern is as valid as it was checked:
+            // no error comes back, and one would only count the pair as not new.
+            Ok(gil::detach(py, || {
+                texts
+                    .iter()
+                    .zip(&ids[rows.clone()])
+                    .zip(&groups[rows])
+                    .map(|((text, &id), group)| {
+                        matches!(core.subscribe_in(group.as_deref(), text, id), Ok(true))
+                    })
+                    .collect()
+            }))
+        })
+    }
+
+    /// The last step of the bulk writes: adds the pairs whose subscribers `ids` pins (one pin
+    /// a pair), `CHUNK` at a time, with `add` (which reports whether each pair of its rows was
+    /// new); gives back the pins of pairs that were not new, and of every pair not added
+    /// when `add` fails or a signal (Ctrl-C) comes between chunks. Pairs already added stay:
+    /// each pair is in or out, never half. Returns how many pairs were new.
+    fn add_pinned(
+        &self,
+        py: Python<'_>,
+        ids: &[SubscriberId],
+        mut add: impl FnMut(std::ops::Range<usize>) -> PyResult<Vec<bool>>,
+    ) -> PyResult<usize> {
+        let mut added = 0;
+        for start in (0..ids.len()).step_by(CHUNK) {
+            let rows = start..ids.len().min(start + CHUNK);
+            let end = rows.end;
+            let new = match add(rows.clone()) {
+                Ok(new) => new,
                 Err(e) => {
-                    for &id in &ids[start * CHUNK..] {
+                    for &id in &ids[start..] {
                         self.registry.unpin(py, id, 1);
                     }
                     return Err(e);
                 }
             };
-            for (&id, &new) in chunk_ids.iter().zip(&new) {
+            for (&id, &new) in ids[rows].iter().zip(&new) {
                 if new {
                     added += 1;
                 } else {
@@ -310,15 +326,96 @@ impl<M: Matcher + 'static> TopicIndex<M> {
                 }
             }
             if let Err(interrupt) = py.check_signals() {
-                // Pairs already added stay (each pair is in or out, never half); the rest
-                // give their pins back.
-                for &id in &ids[start * CHUNK + chunk.len()..] {
+                for &id in &ids[end..] {
                     self.registry.unpin(py, id, 1);
                 }
                 return Err(interrupt);
             }
         }
         Ok(added)
+    }
+
+    /// Subscribes the pairs of two Arrow arrays of one length: `patterns` (strings) and
+    /// `subscribers` (ints of any width, subscribed as Python ints). Every row is checked,
+    /// with the GIL released, before any pair is added: a null or invalid pattern raises
+    /// `InvalidPattern` and a null subscriber `ValueError`, each naming its row, and nothing
+    /// is added. The writes run with the GIL released. Returns how many pairs were new.
+    pub(crate) fn subscribe_arrow(
+        &self,
+        patterns: &Bound<'_, PyAny>,
+        subscribers: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        self.writable()?;
+        let py = patterns.py();
+        let (pattern_array, subscriber_array) = (
+            super::arrow::import(patterns)?,
+            super::arrow::import(subscribers)?,
+        );
+        if pattern_array.len() != subscriber_array.len() {
+            return Err(PyValueError::new_err(format!(
+                "patterns has {} rows and subscribers {}: give one subscriber a pattern",
+                pattern_array.len(),
+                subscriber_array.len()
+            )));
+        }
+        let texts: Vec<Option<&str>> = crate::arrow::strings(pattern_array.as_ref(), "patterns")
+            .map_err(super::arrow::argument_error)?
+            .collect();
+        let values = crate::arrow::integers(subscriber_array.as_ref(), "subscribers")
+            .map_err(super::arrow::argument_error)?;
+        let dialect = self.core.dialect();
+        let fault = gil::detach(py, || {
+            texts
+                .iter()
+                .zip(&values)
+                .enumerate()
+                .find_map(|(row, (text, value))| {
+                    let Some(text) = text else {
+                        return Some(InvalidPattern::new_err(format!("patterns[{row}] is null")));
+                    };
+                    if let Err(e) = groups::check_subscription(dialect, text, None) {
+                        return Some(InvalidPattern::new_err(format!("patterns[{row}]: {e}")));
+                    }
+                    value.is_none().then(|| {
+                        PyValueError::new_err(format!(
+                            "subscribers[{row}] is null (pattern {text:?})"
+                        ))
+                    })
+                })
+        });
+        if let Some(fault) = fault {
+            return Err(fault);
+        }
+        let mut ids = Vec::with_capacity(values.len());
+        for value in values.iter().flatten() {
+            let pinned = value
+                .into_pyobject(py)
+                .map_err(PyErr::from)
+                .and_then(|int| self.registry.pin(int.as_any()));
+            match pinned {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    for &id in &ids {
+                        self.registry.unpin(py, id, 1);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let core = &self.core;
+        self.add_pinned(py, &ids, |rows| {
+            Ok(gil::detach(py, || {
+                texts[rows.clone()]
+                    .iter()
+                    .zip(&ids[rows])
+                    .map(|(text, &id)| {
+                        // Checked above, and Arrow arrays are immutable.
+                        let text = text.unwrap_or_default();
+                        matches!(core.subscribe_in(None, text, id), Ok(true))
+                    })
+                    .collect()
+            }))
+        })
     }
 
     pub(crate) fn unsubscribe(
@@ -561,12 +658,11 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             (routed, not_int)
         });
         let routed = routed.map_err(|e| match e {
-            arrow_schema::ArrowError::InvalidArgumentError(why) => PyTypeError::new_err(why),
             arrow_schema::ArrowError::OffsetOverflowError(n) => PyOverflowError::new_err(format!(
                 "the answer holds {n} or more subscribers, past an Arrow list's 2**31 - 1: \
                  look the topics up in smaller arrays"
             )),
-            other => PyValueError::new_err(other.to_string()),
+            other => super::arrow::argument_error(other),
         })?;
         if let Some(id) = not_int {
             let what = match registry.object(py, id) {

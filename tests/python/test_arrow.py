@@ -246,6 +246,133 @@ def test_readers_beside_a_writer_see_whole_answers():
 # -- route_batch ------------------------------------------------------------------------------
 
 
+# -- subscribe_arrow and pattern_errors ------------------------------------------------------
+
+#: Patterns each dialect rejects, among those the strategy draws.
+BAD_PATTERNS = {
+    "amqp": [],
+    "mqtt": ["", "a/#/b", "a+", "#/a"],
+    "nats": ["", "a..b", ">.a", "a b", "."],
+}
+INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.uint64()]
+
+
+@st.composite
+def subscription_columns(draw):
+    dialect = draw(st.sampled_from(tm.DIALECTS))
+    pattern = st.one_of(
+        patterns(dialect), patterns(dialect), st.sampled_from(BAD_PATTERNS[dialect] or ["a"])
+    )
+    rows = draw(st.lists(st.tuples(pattern, st.integers(0, 9)), max_size=25))
+    if draw(st.integers(0, 9)) == 0 and rows:  # now and then a null in one column
+        at = draw(st.integers(0, len(rows) - 1))
+        p, sub = rows[at]
+        rows[at] = (None, sub) if draw(st.booleans()) else (p, None)
+    kind = draw(st.sampled_from(STRING_TYPES))
+    int_kind = draw(st.sampled_from(INT_TYPES))
+    offset = draw(st.integers(0, min(3, len(rows))))
+    return dialect, rows, kind, int_kind, offset
+
+
+@settings(max_examples=150, deadline=None)
+@given(subscription_columns())
+def test_subscribe_arrow_equals_subscribe_many_or_adds_nothing(columns):
+    """Every matcher takes the two columns as `subscribe_many` takes their pairs, and
+    `pattern_errors` names exactly the rows the reference rejects; a bad row (null pattern,
+    null subscriber, invalid pattern) raises, names the first such row, and adds nothing."""
+    dialect, rows, kind, int_kind, offset = columns
+    ps = pa.array([p for p, _ in rows], kind).slice(offset)
+    subs = pa.array([s for _, s in rows], int_kind).slice(offset)
+    rows = rows[offset:]
+    reasons = tm.pattern_errors(ps, dialect).to_pylist()
+    for (p, _), why in zip(rows, reasons, strict=True):
+        if p is None:
+            assert why == "null pattern"
+        else:
+            assert (why is None) == reference.valid_pattern(dialect, p), (p, why)
+    first_bad = next(
+        (i for i, ((p, s), why) in enumerate(zip(rows, reasons, strict=True)) if why or s is None),
+        None,
+    )
+    for cls in TOPIC_MATCHERS:
+        m = cls(dialect, [("x", 100)])
+        if first_bad is None:
+            twin = cls(dialect, [("x", 100)])
+            assert m.subscribe_arrow(ps, subs) == twin.subscribe_many(rows), cls.__name__
+            assert sorted(m.subscriptions(), key=repr) == sorted(twin.subscriptions(), key=repr)
+            continue
+        error = ValueError if reasons[first_bad] is None else tm.InvalidPattern
+        with pytest.raises(error, match=rf"\[{first_bad}\]"):
+            m.subscribe_arrow(ps, subs)
+        assert m.subscriptions() == [("x", 100)], cls.__name__
+
+
+def test_subscribe_arrow_edges(matcher_cls):
+    m = matcher_cls("mqtt", [("a/#", 7)])
+    assert m.subscribe_arrow(pa.array([], pa.string()), pa.array([], pa.int64())) == 0
+    assert m.subscribe_arrow(pa.array(["a/#", "a/#", "b"]), pa.array([7, 8, 8])) == 2
+    assert sorted(m.lookup("a/b")) == [7, 8] and len(m) == 3
+    assert m.subscribe_arrow(pa.array(["$share/g/c/+"]), pa.array([9])) == 1
+    assert m.lookup("c/d") == [9]
+    ends = [-(2**63), 2**63 - 1]
+    assert m.subscribe_arrow(pa.array(["e", "e"]), pa.array(ends, pa.int64())) == 2
+    assert sorted(m.lookup("e")) == ends
+    assert sorted(m.lookup_arrow(pa.array(["e"]))[0].to_pylist()[0]) == ends
+    before = len(m)
+    with pytest.raises(ValueError, match="patterns has 1 rows and subscribers 2"):
+        m.subscribe_arrow(pa.array(["f"]), pa.array([1, 2]))
+    with pytest.raises(TypeError, match="subscribers must be an Arrow integer array"):
+        m.subscribe_arrow(pa.array(["f"]), pa.array(["bob"]))
+    with pytest.raises(TypeError, match="patterns must be an Arrow string"):
+        m.subscribe_arrow(pa.array([1]), pa.array([1]))
+    with pytest.raises(TypeError, match="combine_chunks"):
+        m.subscribe_arrow(pa.chunked_array([["f"]]), pa.array([1]))
+    with pytest.raises(OverflowError, match=r"subscribers\[1\] = 18446744073709551615"):
+        m.subscribe_arrow(pa.array(["f", "g"]), pa.array([1, 2**64 - 1], pa.uint64()))
+    with pytest.raises(tm.InvalidPattern, match=r"patterns\[0\] is null"):
+        m.subscribe_arrow(pa.array([None, "f"], pa.string()), pa.array([1, 2]))
+    with pytest.raises(ValueError, match=r"subscribers\[1\] is null"):
+        m.subscribe_arrow(pa.array(["f", "g"]), pa.array([1, None]))
+    assert len(m) == before
+    assert m.unsubscribe("b", 8) and m.remove_subscriber(8) == 1  # pins counted per pair
+
+
+def test_subscribe_arrow_on_a_snapshot_is_refused():
+    snap = tm.CSTrie("amqp", [("a", 1)]).snapshot()
+    with pytest.raises(TypeError):
+        snap.subscribe_arrow(pa.array(["b"]), pa.array([2]))
+    assert snap.subscriptions() == [("a", 1)]
+
+
+def test_subscribe_arrow_takes_a_large_table_in_one_call(matcher_cls):
+    """100,000 pairs in one call, as `subscribe_many` takes them."""
+    rng = random.Random(3)
+    rows = [
+        (f"s/{rng.randrange(500)}/+/{rng.randrange(40)}", rng.randrange(5000))
+        for _ in range(100_000)
+    ]
+    m = matcher_cls("mqtt")
+    new = m.subscribe_arrow(pa.array([p for p, _ in rows]), pa.array([s for _, s in rows]))
+    assert new == len(set(rows)) == len(m)
+    for topic in ("s/1/x/2", "s/499/y/39", "s/7/z/0"):
+        want = sorted({s for p, s in rows if reference.matches("mqtt", p, topic)})
+        assert sorted(m.lookup(topic)) == want
+
+
+def test_pattern_errors_wrong_types_and_dialects():
+    assert tm.pattern_errors(pa.array([], pa.string()), "nats").to_pylist() == []
+    assert tm.pattern_errors(pa.array(["a.*", "#"], pa.large_string())).to_pylist() == [None, None]
+    with pytest.raises(TypeError, match="patterns must be an Arrow string"):
+        tm.pattern_errors(pa.array([1]))
+    with pytest.raises(ValueError, match="dialect"):
+        tm.pattern_errors(pa.array(["a"]), "stomp")
+    for bad in ("a/#/b", "$share//a", "$share/g"):  # the last two: shared subscriptions
+        why = tm.pattern_errors(pa.array([bad]), "mqtt")[0].as_py()
+        with pytest.raises(tm.InvalidPattern) as err:
+            tm.Trie("mqtt").subscribe(bad, 1)
+        assert why == str(err.value)
+
+
 @pytest.fixture(scope="module")
 def spark():
     """topicmatch.spark, which imports pyspark (route_batch itself runs without Spark)."""

@@ -168,22 +168,44 @@ def test_the_workers_matcher_gets_a_cache_for_batch_jobs(spark, monkeypatch):
     shipped = []
     ship = tms._ship
 
-    def keep(spark_, built, names, key, streaming):
-        shipped.append(built)
-        return ship(spark_, built, names, key, streaming)
+    def keep(spark_, batch, key, streaming):
+        shipped.append(batch)
+        return ship(spark_, batch, key, streaming)
 
     monkeypatch.setattr(tms, "_ship", keep)
     msgs, subs_df = messages_df(spark, topics), subscriptions_df(spark, subs)
     default = tms.route(msgs, subs_df, dialect="mqtt")
     sized = tms.route(msgs, subs_df, dialect="mqtt", matcher="Trie", cache_size=0)
     own = tms.route(msgs, subs_df, dialect="mqtt", matcher="InvertedBitmap")
-    assert [type(m) for m in shipped] == [tms.resolve_matcher(None), tm.Trie, tm.InvertedBitmap]
-    assert shipped[0].cache_size == tms.ROUTE_CACHE_SIZE
-    assert shipped[1].cache_size == 0
-    assert shipped[2].cache_size == tm.InvertedBitmap("mqtt").cache_size
+    # What a worker builds from each shipment.
+    built = [tms._rebuild(tms._ipc(batch))[0] for batch in shipped]
+    assert [type(m) for m in built] == [tms.resolve_matcher(None), tm.Trie, tm.InvertedBitmap]
+    assert built[0].cache_size == tms.ROUTE_CACHE_SIZE
+    assert built[1].cache_size == 0
+    assert built[2].cache_size == tm.InvertedBitmap("mqtt").cache_size
+    assert all(len(m) == len(set(subs)) for m in built)
     want = oracle("mqtt", subs, topics)
     for result in (default, sized, own):
         assert deliveries_of(result.deliveries) == want
+
+
+def test_the_shipment_holds_each_name_once_and_rebuilds_every_pair():
+    rows = pa.table(
+        {
+            "pattern": ["a.*", "b.#", "a.*", "c"],
+            "subscriber": ["alice", "bob", "bob", "alice"],
+        }
+    )
+    batch = tms._subscriptions(rows, "amqp", tm.Trie, {"cache_size": 64})
+    assert batch.column(1).dictionary.to_pylist() == ["alice", "bob"]
+    matcher, names = tms._rebuild(tms._ipc(batch))
+    assert type(matcher) is tm.Trie and matcher.cache_size == 64
+    named = {(p, names[s].as_py()) for p, s in matcher.subscriptions()}
+    assert named == set(
+        zip(rows["pattern"].to_pylist(), rows["subscriber"].to_pylist(), strict=True)
+    )
+    empty = tms._subscriptions(rows.slice(0, 0), "amqp", tm.CSTrie, {})
+    assert len(tms._rebuild(tms._ipc(empty))[0]) == 0
 
 
 def test_a_cache_size_for_a_matcher_without_a_cache_is_refused(spark):
@@ -300,8 +322,8 @@ def test_route_rejects_clashing_and_missing_columns(spark):
 
 
 class FakeShipment:
-    """Stands for a MatcherFile or MatcherBytes: anything whose `value` is the pickled matcher
-    and the names, counting its reads."""
+    """Stands for a SubscriptionsFile or SubscriptionsBytes: anything whose `value` is the
+    subscriptions as Arrow IPC bytes, counting its reads."""
 
     def __init__(self, value):
         self._value = value
@@ -314,9 +336,8 @@ class FakeShipment:
 
 
 def test_a_worker_rebuilds_the_matcher_once_per_route_call():
-    import pickle
-
-    payload = (pickle.dumps(tm.Trie("amqp", [("a.*", 0)])), ["alice"])
+    rows = pa.table({"pattern": ["a.*"], "subscriber": ["alice"]})
+    payload = tms._ipc(tms._subscriptions(rows, "amqp", tm.Trie, {}))
     bc = FakeShipment(payload)
     batch = pa.record_batch({"topic": pa.array(["a.b", "b"], pa.string())})
     for _ in range(3):  # three tasks of two batches each

@@ -121,11 +121,11 @@ def test_the_command_takes_spark_remote_from_the_environment(tmp_path):
 
 
 def test_a_matcher_too_large_for_a_connect_stream_is_refused_early(monkeypatch):
-    """A stream on Spark Connect carries the matcher in its plan: route() checks its size
-    (compressed, as the client sends it) rather than let the query fail when it starts."""
+    """A stream on Spark Connect carries the subscriptions in its plan: route() checks their
+    size (compressed, as the client sends it) rather than let the query fail when it starts."""
     from topicmatch import spark as tms
 
     monkeypatch.setattr(tms, "CONNECT_PLAN_BYTES", 10_000)
-    tms._check_plan_size(b"x" * 20_000, ["a"])  # over the limit, but it compresses below
-    with pytest.raises(ValueError, match="exceeds the 128 MiB of a Spark Connect message"):
-        tms._check_plan_size(os.urandom(20_000), ["a"])
+    tms._check_plan_size(b"x" * 20_000)  # over the limit, but it compresses below
+    with pytest.raises(ValueError, match="exceed the 128 MiB of a Spark Connect message"):
+        tms._check_plan_size(os.urandom(20_000))
