@@ -174,7 +174,7 @@ def main() -> int:
         metavar="URL",
         help="Spark Connect: sc://HOST:PORT, or local[2] (a server here)",
     )
-    p.add_argument("--matcher", default=None, help="class for route (default CSTrie, else Trie)")
+    p.add_argument("--matcher", default=None, help="class for route (default Trie)")
     p.add_argument(
         "--cache-size", type=int, default=None, help="route's cache_size (default: route's own)"
     )

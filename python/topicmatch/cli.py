@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="format of both inputs (default: by extension; .jsonl and .ndjson are JSON Lines)",
     )
-    route.add_argument("--matcher", default=None, help="matcher class (default CSTrie, else Trie)")
+    route.add_argument("--matcher", default=None, help="matcher class (default Trie)")
     route.add_argument(
         "--cache-size",
         type=int,

@@ -109,10 +109,14 @@ __all__ = [
 
 def resolve_matcher(matcher: str | type | None = None) -> type:
     """The matcher class: a class is returned as it is, a name is looked up (case-insensitive)
-    in the ``topicmatch`` module; ``None`` means ``CSTrie`` when the module has it, else
-    ``Trie``."""
+    in the ``topicmatch`` module; ``None`` means ``Trie``.
+
+    The ``Trie`` by default: a worker's matcher is a fixed table read by one thread at a time,
+    so the ``CSTrie``'s lock-free reads beside writers never come into play, and at the sizes
+    route serves the ``Trie`` looks topics up faster (BENCHMARKS.md, "Spark: the subscriptions
+    as Arrow, and the Trie on the workers")."""
     if matcher is None:
-        return getattr(tm, "CSTrie", tm.Trie)
+        return tm.Trie
     if isinstance(matcher, type):
         return matcher
     exact = getattr(tm, matcher, None)
@@ -507,12 +511,12 @@ def route(
     `subscriptions_df` (batch) whose patterns match its topic in `dialect`.
 
     The subscriptions are collected and validated at once, and each worker builds them into a
-    `matcher` (a class or a class name of the ``topicmatch`` module; ``CSTrie`` if present,
-    else ``Trie``); an invalid pattern raises :class:`topicmatch.InvalidPattern` here, naming
-    its row (its 0-based position in the collected subscriptions, which for one file is its
-    order in the file), its pattern and its subscriber; a null pattern or subscriber is an
-    error too. Nothing is routed until an action or a streaming query runs on the result's
-    DataFrames.
+    `matcher` (a class or a class name of the ``topicmatch`` module; ``Trie`` by default, see
+    :func:`resolve_matcher`); an invalid pattern raises :class:`topicmatch.InvalidPattern`
+    here, naming its row (its 0-based position in the collected subscriptions, which for one
+    file is its order in the file), its pattern and its subscriber; a null pattern or
+    subscriber is an error too. Nothing is routed until an action or a streaming query runs on
+    the result's DataFrames.
 
     `cache_size` is given to the matcher's constructor (its result cache, in topics); by
     default the ``Trie`` and ``CSTrie`` get :data:`ROUTE_CACHE_SIZE`, sized for batch jobs

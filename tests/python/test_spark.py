@@ -217,9 +217,8 @@ def test_a_cache_size_for_a_matcher_without_a_cache_is_refused(spark):
         tms.route(msgs, subs_df, matcher="CSTrie", cache_size=-1)
 
 
-def test_resolve_matcher_defaults_to_the_best_available():
-    expected = tm.CSTrie if hasattr(tm, "CSTrie") else tm.Trie
-    assert tms.resolve_matcher(None) is expected
+def test_resolve_matcher_defaults_to_the_trie():
+    assert tms.resolve_matcher(None) is tm.Trie
     assert tms.resolve_matcher("naivematcher") is tm.NaiveMatcher
     assert tms.resolve_matcher(tm.Trie) is tm.Trie
     with pytest.raises(ValueError, match="no matcher class named 'nope'"):
