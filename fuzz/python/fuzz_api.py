@@ -23,6 +23,7 @@ import math
 import pickle
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "python"))
@@ -294,6 +295,37 @@ def check_arrow(m: object, model: TopicModel, xs: list[object], outcomes: list) 
         check({("num", v) for v in subs} == model.lookup(t), "arrow lookup", t, subs)
 
 
+def check_subscribe_arrow(
+    m: object,
+    model: TopicModel,
+    items: list[tuple[object, int]],
+    pattern_outcome: Callable[[object], tuple[object, type[BaseException] | None]],
+) -> None:
+    """`subscribe_arrow` of patterns (those that are UTF-8 text) and int subscribers, with
+    `pattern_errors` on the same column: all or nothing, as `subscribe_many`; an invalid
+    pattern raises InvalidPattern naming the first bad row, and adds no pair."""
+    items = [(p, s) for p, s in items if isinstance(p, str)]
+    try:
+        patterns = pa.array([p for p, _ in items], pa.string())
+    except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate is no Arrow string
+        return
+    subscribers = pa.array([s for _, s in items], pa.int64())
+    outcomes = [pattern_outcome(p) for p, _ in items]
+    reasons = tm.pattern_errors(patterns, model.dialect).to_pylist()
+    for (p, _), (_, err), why in zip(items, outcomes, reasons, strict=True):
+        check((why is None) == (err is None), "pattern_errors", p, why, err)
+    got, raised = call(m.subscribe_arrow, patterns, subscribers)
+    bad = [i for i, (_, err) in enumerate(outcomes) if err is not None]
+    if bad:
+        check_raised(raised, tm.InvalidPattern, f"subscribe_arrow {items!r}")
+        check(f"patterns[{bad[0]}]" in str(raised), "subscribe_arrow row", raised, bad)
+        return
+    check(raised is None, "subscribe_arrow raised", items, raised)
+    new = {(text, ("num", s)) for (_, s), (text, _) in zip(items, outcomes, strict=True)}
+    check(got == len(new - model.pairs), "subscribe_arrow count", items, got)
+    model.pairs |= new
+
+
 def subscriber_error(s: object) -> type[BaseException] | None:
     if not hashable(s):
         return TypeError
@@ -411,6 +443,10 @@ def run_topic(r: Reader) -> None:
                 check(got == len(mine), "remove_subscriber", s, got, len(mine))
                 model.pairs -= mine
             same_state("after remove_subscriber")
+        elif op == 5 and pa is not None and r.below(3) == 0:  # subscribe_arrow
+            items = [(text_arg(r, dialect), r.below(3)) for _ in range(r.below(5))]  # POOL's ints
+            check_subscribe_arrow(m, model, items, pattern_outcome)
+            same_state("after subscribe_arrow")
         elif op == 5:  # subscribe_many: all or nothing
             items = [(text_arg(r, dialect), POOL[r.below(len(POOL))]) for _ in range(r.below(4))]
             before = set(model.pairs)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use arrow_array::{Array, ArrayRef, Int64Array, LargeStringArray, StringArray, StringViewArray};
-use topicmatch::arrow::{lookup_arrow, Routed, NULL_TOPIC};
+use topicmatch::arrow::{lookup_arrow, pattern_errors, Routed, NULL_PATTERN, NULL_TOPIC};
 use topicmatch::{CSTrie, Dialect, LazyDfa, Matcher, NaiveMatcher, SubscriberId, Trie};
 
 use crate::checks::text;
@@ -40,7 +40,8 @@ pub fn check_arrow_bytes(data: &[u8]) {
 
 /// Every row of `lookup_arrow`, for three matchers, is the oracle's answer for its topic: the
 /// subscribers (mapped to values), or null with the oracle's error, or null with
-/// [`NULL_TOPIC`]. Any difference panics.
+/// [`NULL_TOPIC`]; and `pattern_errors` of the same column gives the parser's errors. Any
+/// difference panics.
 pub fn check_arrow(case: &ArrowCase) {
     let d = Dialect::ALL[case.dialect as usize % 3];
     let oracle = NaiveMatcher::new(d);
@@ -79,6 +80,22 @@ pub fn check_arrow(case: &ArrowCase) {
         let routed =
             lookup_arrow(*m, topics.as_ref(), |id| Some(value(id))).expect("a string column");
         assert_rows(&oracle, &routed, cells, value);
+    }
+    // The same column read as patterns: each row's reason is the parser's error, or null.
+    let reasons = pattern_errors(d, topics.as_ref()).expect("a string column");
+    assert_eq!(reasons.len(), cells.len());
+    for (row, cell) in cells.iter().enumerate() {
+        let Some(t) = cell else {
+            assert_eq!(reasons.value(row), NULL_PATTERN);
+            continue;
+        };
+        if t.starts_with("$share/") {
+            continue; // an MQTT shared subscription: its own rules (tests/groups.rs)
+        }
+        match d.parse_pattern(t) {
+            Ok(_) => assert!(reasons.is_null(row), "{t:?}: {}", reasons.value(row)),
+            Err(e) => assert_eq!(reasons.value(row), e.to_string(), "{t:?}"),
+        }
     }
 }
 

@@ -26,8 +26,8 @@ Driver, once per call to :func:`route`:
     MiB, after compression) and which it sends again with every action. The exception is a
     stream on Spark Connect, whose micro-batches run without the session's artifacts: there
     the subscriptions ride in the ``mapInArrow`` function, in a plan sent once, when the query
-    starts, and :func:`route` raises ``ValueError`` if they would not fit. No matcher is built
-    on the driver, and no Python object is made per subscription.
+    starts, and :func:`route` raises ``ValueError`` if they would not fit. The matcher is built
+    on the workers only, and the driver makes no Python object per subscription.
 
 Python worker, once per worker process and route call:
     the matcher is built from that file (``SparkFiles.get``): its ``subscribe_arrow`` takes
@@ -113,8 +113,8 @@ def resolve_matcher(matcher: str | type | None = None) -> type:
 
     The ``Trie`` by default: a worker's matcher is a fixed table read by one thread at a time,
     so the ``CSTrie``'s lock-free reads beside writers never come into play, and at the sizes
-    route serves the ``Trie`` looks topics up faster (BENCHMARKS.md, "Spark: the subscriptions
-    as Arrow, and the Trie on the workers")."""
+    route serves the ``Trie`` looks topics up faster (BENCHMARKS.md, "The subscriptions as
+    Arrow, and the Trie on the workers")."""
     if matcher is None:
         return tm.Trie
     if isinstance(matcher, type):
@@ -225,7 +225,8 @@ def _rebuild(payload: bytes) -> tuple[Any, pa.Array]:
     matcher = cls(meta[b"dialect"].decode(), **json.loads(meta[b"options"]))
     subscribers = batch.column(1)
     matcher.subscribe_arrow(batch.column(0), subscribers.indices)
-    return matcher, subscribers.dictionary
+    # `string` whatever the collected layout: route's schema declares array<string>.
+    return matcher, subscribers.dictionary.cast(pa.string())
 
 
 #: This process's folder of matcher files, made on first use and removed at exit. A classic

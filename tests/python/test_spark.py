@@ -206,6 +206,12 @@ def test_the_shipment_holds_each_name_once_and_rebuilds_every_pair():
     )
     empty = tms._subscriptions(rows.slice(0, 0), "amqp", tm.CSTrie, {})
     assert len(tms._rebuild(tms._ipc(empty))[0]) == 0
+    # Collected as large_string (Spark's large variable-width types): names come back string.
+    large = rows.cast(
+        pa.schema([("pattern", pa.large_string()), ("subscriber", pa.large_string())])
+    )
+    matcher, names = tms._rebuild(tms._ipc(tms._subscriptions(large, "amqp", tm.Trie, {})))
+    assert names.type == pa.string() and len(matcher) == 4
 
 
 def test_a_cache_size_for_a_matcher_without_a_cache_is_refused(spark):
