@@ -304,6 +304,29 @@ impl Registry {
         Ok(id)
     }
 
+    /// Pins each subscriber `objs` gives, once a pair: their ids in order. If one fails (an
+    /// unhashable object, or one `objs` could not make), the pins taken are given back and
+    /// its error returned.
+    pub(crate) fn pin_each<'py>(
+        &self,
+        py: Python<'py>,
+        objs: impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
+    ) -> PyResult<Vec<SubscriberId>> {
+        let mut ids = Vec::with_capacity(objs.size_hint().0);
+        for obj in objs {
+            match obj.and_then(|obj| self.pin(&obj)) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    for &id in &ids {
+                        self.unpin(py, id, 1);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
     /// Runs a write that may add one pair for `obj`: pins the id, runs `add` with it, and
     /// gives the pin back unless `add` reports a new pair.
     pub(crate) fn adding(

@@ -261,18 +261,10 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             checked.push((pattern, subscriber));
             groups.push(group);
         }
-        let mut ids = Vec::with_capacity(checked.len());
-        for (_, subscriber) in &checked {
-            match self.registry.pin(subscriber) {
-                Ok(id) => ids.push(id),
-                Err(e) => {
-                    for &id in &ids {
-                        self.registry.unpin(py, id, 1);
-                    }
-                    return Err(e);
-                }
-            }
-        }
+        let ids = self.registry.pin_each(
+            py,
+            checked.iter().map(|(_, subscriber)| Ok(subscriber.clone())),
+        )?;
         let core = &self.core;
         self.add_pinned(py, &ids, |rows| {
             let texts = checked[rows.clone()]
@@ -386,22 +378,13 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         if let Some(fault) = fault {
             return Err(fault);
         }
-        let mut ids = Vec::with_capacity(values.len());
-        for value in values.iter().flatten() {
-            let pinned = value
+        let ints = values.iter().flatten().map(|value| {
+            value
                 .into_pyobject(py)
+                .map(|int| int.into_any())
                 .map_err(PyErr::from)
-                .and_then(|int| self.registry.pin(int.as_any()));
-            match pinned {
-                Ok(id) => ids.push(id),
-                Err(e) => {
-                    for &id in &ids {
-                        self.registry.unpin(py, id, 1);
-                    }
-                    return Err(e);
-                }
-            }
-        }
+        });
+        let ids = self.registry.pin_each(py, ints)?;
         let core = &self.core;
         self.add_pinned(py, &ids, |rows| {
             Ok(gil::detach(py, || {
