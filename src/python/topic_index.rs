@@ -355,28 +355,25 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             .collect();
         let values = crate::arrow::integers(subscriber_array.as_ref(), "subscribers")
             .map_err(super::arrow::argument_error)?;
+        // The rows are checked as `pattern_errors` checks them; the first bad row in either
+        // column is named (a row with both faults, by its pattern).
         let dialect = self.core.dialect();
-        let fault = gil::detach(py, || {
-            texts
-                .iter()
-                .zip(&values)
-                .enumerate()
-                .find_map(|(row, (text, value))| {
-                    let Some(text) = text else {
-                        return Some(InvalidPattern::new_err(format!("patterns[{row}] is null")));
-                    };
-                    if let Err(e) = groups::check_subscription(dialect, text, None) {
-                        return Some(InvalidPattern::new_err(format!("patterns[{row}]: {e}")));
-                    }
-                    value.is_none().then(|| {
-                        PyValueError::new_err(format!(
-                            "subscribers[{row}] is null (pattern {text:?})"
-                        ))
-                    })
-                })
-        });
-        if let Some(fault) = fault {
-            return Err(fault);
+        let reasons = gil::detach(py, || {
+            crate::arrow::pattern_errors(dialect, pattern_array.as_ref())
+        })
+        .map_err(super::arrow::argument_error)?;
+        let bad_pattern = reasons.iter().position(|reason| reason.is_some());
+        let null_subscriber = values.iter().position(Option::is_none);
+        if let Some(row) = bad_pattern.into_iter().chain(null_subscriber).min() {
+            return Err(match texts[row] {
+                None => InvalidPattern::new_err(format!("patterns[{row}] is null")),
+                Some(_) if bad_pattern == Some(row) => {
+                    InvalidPattern::new_err(format!("patterns[{row}]: {}", reasons.value(row)))
+                }
+                Some(text) => {
+                    PyValueError::new_err(format!("subscribers[{row}] is null (pattern {text:?})"))
+                }
+            });
         }
         let ints = values.iter().flatten().map(|value| {
             value
