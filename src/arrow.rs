@@ -31,7 +31,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
-use arrow_array::{Array, Int64Array, ListArray, StringArray};
+use arrow_array::{Array, ArrayRef, Int64Array, ListArray, StringArray};
 use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field};
 
@@ -48,7 +48,8 @@ pub const NULL_PATTERN: &str = "null pattern";
 /// The answer of [`lookup_arrow`]: one row per topic.
 #[derive(Debug)]
 pub struct Routed {
-    /// `list<int64>`: the values of the subscribers of each topic; null for a rejected topic.
+    /// `list<int64>` (`list<string>` from [`lookup_arrow_named`]): the values of the
+    /// subscribers of each topic; null for a rejected topic.
     pub subscribers: ListArray,
     /// `string`: null for a routed topic, why for a rejected one.
     pub reasons: StringArray,
@@ -84,12 +85,60 @@ pub fn lookup_arrow_with<M: Matcher + ?Sized>(
     topics: &dyn Array,
     values: impl FnMut(&[SubscriberId], &mut Vec<i64>),
 ) -> Result<Routed, ArrowError> {
-    match topics.data_type() {
-        DataType::Utf8 => route(matcher, topics.as_string::<i32>().iter(), values),
-        DataType::LargeUtf8 => route(matcher, topics.as_string::<i64>().iter(), values),
-        DataType::Utf8View => route(matcher, topics.as_string_view().iter(), values),
-        other => Err(not_strings("topics", other)),
-    }
+    route_strings(
+        matcher,
+        topics,
+        Values {
+            map: values,
+            values: Vec::new(),
+        },
+    )
+}
+
+/// [`lookup_arrow_with`] answering with names: `rows` maps each topic's ids to rows of `names`
+/// (`string`, `large_string` or `string_view`), and `subscribers` is a `list<string>` of those
+/// rows' text, built as the topics are looked up (no column of rows, and no gather after).
+/// Fails with `InvalidArgumentError` when `names` is not strings, and with `ComputeError`,
+/// naming it, on the first row that `names` does not have or that is null there.
+///
+/// ```
+/// use arrow_array::{cast::AsArray, Array, StringArray};
+/// use topicmatch::{arrow::lookup_arrow_named, Dialect, Matcher, Trie};
+///
+/// let m = Trie::new(Dialect::Mqtt);
+/// m.subscribe_str("sensors/+/temp", 7).unwrap();
+/// let names = StringArray::from(vec!["alice", "bob"]);
+/// let topics = StringArray::from(vec!["sensors/1/temp"]);
+/// // Subscriber 7 is names[1].
+/// let routed = lookup_arrow_named(&m, &topics, &names, |ids, rows| {
+///     rows.extend(ids.iter().map(|&id| i64::from(id == 7)))
+/// })
+/// .unwrap();
+/// assert_eq!(routed.subscribers.value(0).as_string::<i32>().value(0), "bob");
+/// ```
+pub fn lookup_arrow_named<M: Matcher + ?Sized>(
+    matcher: &M,
+    topics: &dyn Array,
+    names: &dyn Array,
+    rows: impl FnMut(&[SubscriberId], &mut Vec<i64>),
+) -> Result<Routed, ArrowError> {
+    let names = match names.data_type() {
+        DataType::Utf8 => Names::Utf8(names.as_string::<i32>()),
+        DataType::LargeUtf8 => Names::Large(names.as_string::<i64>()),
+        DataType::Utf8View => Names::View(names.as_string_view()),
+        other => return Err(not_strings("names", other)),
+    };
+    route_strings(
+        matcher,
+        topics,
+        Named {
+            names,
+            map: rows,
+            rows: Vec::new(),
+            bytes: Vec::new(),
+            offsets: vec![0],
+        },
+    )
 }
 
 /// The error for an array of `other` type where strings were expected.
@@ -99,20 +148,140 @@ fn not_strings(what: &str, other: &DataType) -> ArrowError {
     ))
 }
 
-/// The loop of [`lookup_arrow`], once per string layout.
+/// The loop of [`lookup_arrow`], once per string layout of the topics.
+fn route_strings<M: Matcher + ?Sized>(
+    matcher: &M,
+    topics: &dyn Array,
+    answers: impl Answers,
+) -> Result<Routed, ArrowError> {
+    match topics.data_type() {
+        DataType::Utf8 => route(matcher, topics.as_string::<i32>().iter(), answers),
+        DataType::LargeUtf8 => route(matcher, topics.as_string::<i64>().iter(), answers),
+        DataType::Utf8View => route(matcher, topics.as_string_view().iter(), answers),
+        other => Err(not_strings("topics", other)),
+    }
+}
+
+/// The child column of the answer's lists, filled a topic at a time.
+trait Answers {
+    /// Appends one topic's subscribers; the child's length after.
+    fn push(&mut self, ids: &[SubscriberId]) -> Result<usize, ArrowError>;
+    /// The child column and its field.
+    fn finish(self) -> Result<(Arc<Field>, ArrayRef), ArrowError>;
+}
+
+/// `int64` values, mapped from ids by the caller.
+struct Values<F> {
+    map: F,
+    values: Vec<i64>,
+}
+
+impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Values<F> {
+    fn push(&mut self, ids: &[SubscriberId]) -> Result<usize, ArrowError> {
+        (self.map)(ids, &mut self.values);
+        Ok(self.values.len())
+    }
+
+    fn finish(self) -> Result<(Arc<Field>, ArrayRef), ArrowError> {
+        let field = Arc::new(Field::new_list_field(DataType::Int64, false));
+        Ok((field, Arc::new(Int64Array::from(self.values))))
+    }
+}
+
+/// A names column in any of the three string layouts.
+enum Names<'a> {
+    Utf8(&'a StringArray),
+    Large(&'a arrow_array::LargeStringArray),
+    View(&'a arrow_array::StringViewArray),
+}
+
+impl Names<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Names::Utf8(a) => a.len(),
+            Names::Large(a) => a.len(),
+            Names::View(a) => a.len(),
+        }
+    }
+
+    /// Row `row`'s text; `None` if it is null or past the end.
+    fn get(&self, row: usize) -> Option<&str> {
+        if row >= self.len() {
+            return None;
+        }
+        match self {
+            Names::Utf8(a) => a.is_valid(row).then(|| a.value(row)),
+            Names::Large(a) => a.is_valid(row).then(|| a.value(row)),
+            Names::View(a) => a.is_valid(row).then(|| a.value(row)),
+        }
+    }
+}
+
+/// `string` names: the text of the rows the caller maps ids to, copied in as they come.
+struct Named<'a, F> {
+    names: Names<'a>,
+    map: F,
+    /// One topic's rows, reused.
+    rows: Vec<i64>,
+    bytes: Vec<u8>,
+    offsets: Vec<i32>,
+}
+
+impl<F> Named<'_, F> {
+    /// The error for a subscriber whose row of `names` is missing or null.
+    fn no_name(&self, row: i64) -> ArrowError {
+        let n = self.names.len();
+        ArrowError::ComputeError(if usize::try_from(row).is_ok_and(|r| r < n) {
+            format!("subscriber {row} has no name: names[{row}] is null")
+        } else {
+            format!("subscriber {row} has no name: names holds rows 0 to {n} (exclusive)")
+        })
+    }
+}
+
+impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
+    fn push(&mut self, ids: &[SubscriberId]) -> Result<usize, ArrowError> {
+        self.rows.clear();
+        (self.map)(ids, &mut self.rows);
+        for &row in &self.rows {
+            let name = usize::try_from(row)
+                .ok()
+                .and_then(|r| self.names.get(r))
+                .ok_or_else(|| self.no_name(row))?;
+            self.bytes.extend_from_slice(name.as_bytes());
+            let end = i32::try_from(self.bytes.len())
+                .map_err(|_| ArrowError::OffsetOverflowError(self.bytes.len()))?;
+            self.offsets.push(end);
+        }
+        Ok(self.offsets.len() - 1)
+    }
+
+    fn finish(self) -> Result<(Arc<Field>, ArrayRef), ArrowError> {
+        // Nullable, as a `take` of names makes it: the layout Spark's `array<string>` expects.
+        let field = Arc::new(Field::new_list_field(DataType::Utf8, true));
+        let names = StringArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(self.offsets)),
+            self.bytes.into(),
+            None,
+        )?;
+        Ok((field, Arc::new(names)))
+    }
+}
+
+/// The loop of [`lookup_arrow`]: every topic looked up, its answer pushed to `answers`.
 fn route<'a, M: Matcher + ?Sized>(
     matcher: &M,
     topics: impl ExactSizeIterator<Item = Option<&'a str>>,
-    mut map: impl FnMut(&[SubscriberId], &mut Vec<i64>),
+    mut answers: impl Answers,
 ) -> Result<Routed, ArrowError> {
     let n = topics.len();
     let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
     offsets.push(0);
-    let mut values: Vec<i64> = Vec::new();
     let mut valid = NullBufferBuilder::new(n);
     // Reasons are mostly null: kept as (row, text) and laid out once at the end.
     let mut reasons: Vec<(usize, String)> = Vec::new();
     let mut ids: Vec<SubscriberId> = Vec::new();
+    let mut end = 0;
     for (row, topic) in topics.enumerate() {
         let outcome = match topic {
             None => Err(NULL_TOPIC.to_owned()),
@@ -125,7 +294,7 @@ fn route<'a, M: Matcher + ?Sized>(
         };
         match outcome {
             Ok(()) => {
-                map(&ids, &mut values);
+                end = answers.push(&ids)?;
                 valid.append_non_null();
             }
             Err(reason) => {
@@ -133,15 +302,13 @@ fn route<'a, M: Matcher + ?Sized>(
                 valid.append_null();
             }
         }
-        let end = i32::try_from(values.len())
-            .map_err(|_| ArrowError::OffsetOverflowError(values.len()))?;
-        offsets.push(end);
+        offsets.push(i32::try_from(end).map_err(|_| ArrowError::OffsetOverflowError(end))?);
     }
-    let field = Arc::new(Field::new_list_field(DataType::Int64, false));
+    let (field, values) = answers.finish()?;
     let subscribers = ListArray::try_new(
         field,
         OffsetBuffer::new(ScalarBuffer::from(offsets)),
-        Arc::new(Int64Array::from(values)),
+        values,
         valid.finish(),
     )?;
     Ok(Routed {

@@ -11,10 +11,11 @@ mod common;
 
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, LargeStringArray, StringArray, StringViewArray};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use topicmatch::arrow::{lookup_arrow, lookup_arrow_with};
+use topicmatch::arrow::{lookup_arrow, lookup_arrow_named, lookup_arrow_with};
 use topicmatch::{CSTrie, Dialect, Grouped, LazyDfa, Matcher, NaiveMatcher, Trie};
 
 /// A topic of a batch: valid, maybe invalid (a pattern), or null.
@@ -145,4 +146,103 @@ fn the_slice_mapping_sees_each_routed_topic_once_with_its_ids() {
     assert_eq!(row(0), vec![10, 20]);
     assert_eq!(row(3), vec![30]);
     assert_eq!(routed.rejected(), 2);
+}
+
+/// Each id's name in `lookup_arrow_named`'s tests: ids are 0..6, names rows 0..8.
+fn name_of(row: i64) -> String {
+    format!("subscriber-{row}")
+}
+
+#[test]
+fn lookup_arrow_named_answers_with_the_rows_lookup_arrow_with_answers() {
+    let d = Dialect::Mqtt;
+    let case = (
+        prop::collection::vec((common::pattern(d), 0..6u32), 0..30),
+        prop::collection::vec(cell(d), 0..40),
+        (0..3u8, 0..4usize),
+        (0..3u8, 0..3usize),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 500,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &case,
+            |(pairs, cells, (layout, offset), (names_layout, names_offset))| {
+                let m = Trie::new(d);
+                for (p, s) in &pairs {
+                    let _ = m.subscribe_str(p, *s);
+                }
+                let offset = offset.min(cells.len());
+                let topics = array(&cells, layout, offset);
+                // Rows 0..8 after the slice: the names array starts `names_offset` rows early.
+                let names: Vec<Option<String>> = (0..8 + names_offset)
+                    .map(|r| Some(name_of(r as i64 - names_offset as i64)))
+                    .collect();
+                let names = array(&names, names_layout, names_offset);
+                // Ids 0..6 map to rows 7..2, so the mapping is seen to be applied.
+                let rows = |ids: &[u32], rows: &mut Vec<i64>| {
+                    rows.extend(ids.iter().map(|&id| 7 - i64::from(id)));
+                };
+                let named = lookup_arrow_named(&m, topics.as_ref(), names.as_ref(), rows).unwrap();
+                let ints = lookup_arrow_with(&m, topics.as_ref(), rows).unwrap();
+                prop_assert_eq!(&named.reasons, &ints.reasons);
+                prop_assert_eq!(named.subscribers.nulls(), ints.subscribers.nulls());
+                prop_assert_eq!(named.subscribers.offsets(), ints.subscribers.offsets());
+                let got = named.subscribers.values().as_string::<i32>();
+                let want = ints
+                    .subscribers
+                    .values()
+                    .as_primitive::<arrow_array::types::Int64Type>();
+                prop_assert_eq!(got.len(), want.len());
+                for (name, row) in got.iter().zip(want.values()) {
+                    let want = name_of(*row);
+                    prop_assert_eq!(name, Some(want.as_str()));
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn lookup_arrow_named_refuses_a_row_it_has_no_name_for() {
+    let m = Trie::new(Dialect::Amqp);
+    m.subscribe_str("a", 1).unwrap();
+    let names = StringArray::from(vec![Some("zero"), None]);
+    let topics = StringArray::from(vec!["b", "a"]);
+    let err = |row: i64| {
+        lookup_arrow_named(&m, &topics, &names, |ids, rows| {
+            rows.extend(ids.iter().map(|_| row))
+        })
+        .unwrap_err()
+        .to_string()
+    };
+    assert!(
+        err(2).contains("subscriber 2 has no name: names holds rows 0 to 2"),
+        "{}",
+        err(2)
+    );
+    assert!(err(-1).contains("subscriber -1 has no name"), "{}", err(-1));
+    assert!(err(1).contains("names[1] is null"), "{}", err(1));
+    let ok = lookup_arrow_named(&m, &topics, &names, |ids, rows| {
+        rows.extend(ids.iter().map(|_| 0))
+    })
+    .unwrap();
+    assert_eq!(ok.subscribers.value(0).len(), 0);
+    assert_eq!(ok.subscribers.value(1).as_string::<i32>().value(0), "zero");
+}
+
+#[test]
+fn lookup_arrow_named_refuses_names_that_are_not_strings() {
+    let m = Trie::new(Dialect::Amqp);
+    let ints = arrow_array::Int32Array::from(vec![1, 2]);
+    let topics = StringArray::from(vec!["a"]);
+    let err = lookup_arrow_named(&m, &topics, &ints, |_, _| ()).unwrap_err();
+    assert!(
+        matches!(err, arrow_schema::ArrowError::InvalidArgumentError(_)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("names must be"), "{err}");
 }

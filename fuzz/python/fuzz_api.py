@@ -293,6 +293,26 @@ def check_arrow(m: object, model: TopicModel, xs: list[object], outcomes: list) 
             continue
         check(why is None and len(subs) == len(set(subs)), "arrow row", t, subs, why)
         check({("num", v) for v in subs} == model.lookup(t), "arrow lookup", t, subs)
+    check_arrow_named(m, array, subscribers)
+
+
+#: The names `check_arrow_named` gives `lookup_arrow`: ints 0..7 have one.
+ARROW_NAMES = [f"name {i}" for i in range(8)]
+
+
+def check_arrow_named(m: object, array: object, subscribers: list) -> None:
+    """`lookup_arrow(topics, names)`: each int subscriber's row of the names, in the rows the
+    int answer had; a ValueError when some matched int has no row."""
+    got, raised = call(m.lookup_arrow, array, pa.array(ARROW_NAMES))
+    ints = {v for subs in subscribers if subs is not None for v in subs}
+    if not ints <= set(range(len(ARROW_NAMES))):
+        check_raised(raised, ValueError, f"lookup_arrow names {sorted(ints)!r}")
+        return
+    check(raised is None, "arrow names raised", raised)
+    named = got[0].to_pylist()
+    for subs, names in zip(subscribers, named, strict=True):
+        want = None if subs is None else sorted(ARROW_NAMES[v] for v in subs)
+        check((None if names is None else sorted(names)) == want, "arrow names", subs, names)
 
 
 def check_subscribe_arrow(

@@ -5,8 +5,13 @@
 use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use arrow_array::{Array, ArrayRef, Int64Array, LargeStringArray, StringArray, StringViewArray};
-use topicmatch::arrow::{lookup_arrow, pattern_errors, Routed, NULL_PATTERN, NULL_TOPIC};
+use topicmatch::arrow::{
+    lookup_arrow, lookup_arrow_named, lookup_arrow_with, pattern_errors, Routed, NULL_PATTERN,
+    NULL_TOPIC,
+};
 use topicmatch::{CSTrie, Dialect, LazyDfa, Matcher, NaiveMatcher, SubscriberId, Trie};
 
 use crate::checks::text;
@@ -80,6 +85,22 @@ pub fn check_arrow(case: &ArrowCase) {
         let routed =
             lookup_arrow(*m, topics.as_ref(), |id| Some(value(id))).expect("a string column");
         assert_rows(&oracle, &routed, cells, value);
+        // With names: ids 0..8 are rows of eight names, copied in where the ints were.
+        let names: StringArray = (0..8).map(|i| Some(format!("name {i}"))).collect();
+        let rows = |ids: &[SubscriberId], rows: &mut Vec<i64>| {
+            rows.extend(ids.iter().map(|&id| i64::from(id)));
+        };
+        let named = lookup_arrow_named(*m, topics.as_ref(), &names, rows).expect("named");
+        let ints = lookup_arrow_with(*m, topics.as_ref(), rows).expect("a string column");
+        assert_eq!(named.reasons, ints.reasons);
+        assert_eq!(named.subscribers.offsets(), ints.subscribers.offsets());
+        assert_eq!(named.subscribers.nulls(), ints.subscribers.nulls());
+        let text = named.subscribers.values().as_string::<i32>();
+        let want = ints.subscribers.values().as_primitive::<Int64Type>();
+        assert_eq!(text.len(), want.len());
+        for (name, &row) in text.iter().zip(want.values()) {
+            assert_eq!(name, Some(format!("name {row}").as_str()));
+        }
     }
     // The same column read as patterns: each row's reason is the parser's error, or null.
     let reasons = pattern_errors(d, topics.as_ref()).expect("a string column");

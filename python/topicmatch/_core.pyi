@@ -105,10 +105,15 @@ class _TopicMatcher:
         one more item than `topics`). The lookups of `lookup_many`, without a list per topic:
         for batches whose answers are large."""
 
-    def lookup_arrow(self, topics: _ArrowArrayExportable) -> tuple[Any, Any]:
+    def lookup_arrow(
+        self, topics: _ArrowArrayExportable, names: _ArrowArrayExportable | None = None
+    ) -> tuple[Any, Any]:
         """`(subscribers, reasons)` for an Arrow string array, as two pyarrow arrays:
         `list<int64>` (the int subscribers of each topic, null for a rejected one) and
-        `string` (null, or why the topic was rejected). Subscribers must be ints."""
+        `string` (null, or why the topic was rejected). Subscribers must be ints. With
+        `names` (an Arrow string array), each subscriber is a row of it and `subscribers` is
+        `list<string>` of those rows' text, made in the same pass (`ValueError` for a
+        subscriber that is no row of `names`, or a null one)."""
 
     def count(self, topic: _Text) -> int: ...
     def count_many(self, topics: Iterable[_Text]) -> list[int]: ...

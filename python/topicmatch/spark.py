@@ -39,10 +39,11 @@ Python worker, once per Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBa
 10,000 by default), through ``mapInArrow``:
     the topic column goes, as the Arrow array it is, to the matcher's ``lookup_arrow``: the
     Rust core reads the strings in place, routes the whole batch with the GIL released, and
-    answers with two Arrow arrays, the subscriber ids of each message (null when rejected) and
-    the reasons (null topic, invalid topic). One ``take`` maps ids to names, and both columns
-    (``subscribers``, ``reason``) are appended to the batch's own columns, which pass through
-    untouched. No Python object is made per row, and an invalid topic costs its own row only.
+    answers with two Arrow arrays, the subscriber names of each message (null when rejected;
+    the ids are rows of the shipped names, whose text is copied in as each topic is looked
+    up) and the reasons (null topic, invalid topic). Both columns (``subscribers``,
+    ``reason``) are appended to the batch's own columns, which pass through untouched. No
+    Python object is made per row, and an invalid topic costs its own row only.
 
 JVM (Spark SQL), after the batch function:
     ``explode`` of the subscriber arrays into delivery rows, the split into deliveries and
@@ -344,12 +345,11 @@ def route_batch(
     """Appends ``subscribers`` (list of names; empty when unmatched, null when rejected) and
     ``reason`` (null unless rejected) to one Arrow batch of messages. The matcher's
     ``lookup_arrow`` routes the topic column in Rust with the GIL released and answers with
-    subscriber ids and reasons as Arrow arrays; one ``take`` turns ids into names. No Python
-    code runs per row, and an invalid topic costs its own row only."""
+    each topic's subscriber names (its subscribers are rows of ``names``, copied in as the
+    topics are looked up) and the reasons, as Arrow arrays. No Python code runs per row, and
+    an invalid topic costs its own row only."""
     topics = batch.column(batch.schema.get_field_index(topic_col))
-    ids, reasons = matcher.lookup_arrow(topics)
-    mask = ids.is_null() if ids.null_count else None
-    named = pa.ListArray.from_arrays(ids.offsets, names.take(ids.values), mask=mask)
+    named, reasons = matcher.lookup_arrow(topics, names)
     return pa.RecordBatch.from_arrays(
         [*batch.columns, named, reasons], names=[*batch.schema.names, SUBSCRIBERS, REASON]
     )

@@ -56,11 +56,13 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<ArrayRef> {
 
 /// An arrow-rs error about the arrays a caller passed, as Python raises it: `TypeError` for an
 /// array of the wrong type, `OverflowError` for a value past what it must fit (`CastError`),
-/// `ValueError` for anything else.
+/// `ValueError` for anything else (a `ComputeError`'s own text: a value the arrays cannot
+/// answer for, such as a subscriber with no row in `lookup_arrow`'s names).
 pub(crate) fn argument_error(e: arrow_schema::ArrowError) -> PyErr {
     match e {
         arrow_schema::ArrowError::InvalidArgumentError(why) => PyTypeError::new_err(why),
         arrow_schema::ArrowError::CastError(why) => pyo3::exceptions::PyOverflowError::new_err(why),
+        arrow_schema::ArrowError::ComputeError(why) => PyValueError::new_err(why),
         other => PyValueError::new_err(other.to_string()),
     }
 }

@@ -245,10 +245,16 @@ macro_rules! topic_matcher_class {
             }
 
             /// `(subscribers, reasons)` for an Arrow array of topics, as two pyarrow arrays:
-            /// `list<int64>` of int subscribers (null for a rejected topic) and `string`
-            /// reasons (null for a routed one). The GIL is released for the whole batch.
-            fn lookup_arrow<'py>(&self, topics: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
-                self.inner.lookup_arrow(topics)
+            /// `list<int64>` of int subscribers (null for a rejected topic), or with `names`
+            /// `list<string>` of `names[subscriber]`, and `string` reasons (null for a routed
+            /// one). The GIL is released for the whole batch.
+            #[pyo3(signature = (topics, names = None))]
+            fn lookup_arrow<'py>(
+                &self,
+                topics: &Bound<'py, PyAny>,
+                names: Option<&Bound<'py, PyAny>>,
+            ) -> PyResult<Bound<'py, PyTuple>> {
+                self.inner.lookup_arrow(topics, names)
             }
 
             /// Subscribes the pairs of two Arrow arrays of one length, patterns (strings) and

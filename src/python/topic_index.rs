@@ -616,31 +616,44 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// `lookup_many` for an Arrow array: the core routes the whole array with the GIL
     /// released, mapping ids to int subscribers through the registry's table of them, and
     /// answers with two Arrow arrays (see `crate::arrow`). A subscriber that is not an int
-    /// cannot go in an int64 column: that is a `TypeError`, raised after the batch.
+    /// cannot go in an int64 column: that is a `TypeError`, raised after the batch. With
+    /// `names`, each int is a row of it and the answer is those rows' text (`list<string>`),
+    /// made in the same pass; an int that is not a row of `names`, or is a null one, is a
+    /// `ValueError`.
     pub(crate) fn lookup_arrow<'py>(
         &self,
         topics: &Bound<'py, PyAny>,
+        names: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let py = topics.py();
         let array = super::arrow::import(topics)?;
+        let names = names.map(super::arrow::import).transpose()?;
         let (core, registry) = (&self.core, &self.registry);
         // Pinned through the batch: an id it reads cannot be handed to another subscriber
         // before its value is read (the registry's rule 1).
         let guard = crossbeam_epoch::pin();
         let (routed, not_int) = gil::detach(py, || {
             let mut not_int = None;
-            let routed =
-                crate::arrow::lookup_arrow_with(core.as_ref(), array.as_ref(), |ids, values| {
-                    if let Some(id) = registry.int_values(ids, values) {
-                        not_int.get_or_insert(id);
-                    }
-                });
+            let values = |ids: &[SubscriberId], values: &mut Vec<i64>| {
+                if let Some(id) = registry.int_values(ids, values) {
+                    not_int.get_or_insert(id);
+                }
+            };
+            let routed = match &names {
+                None => crate::arrow::lookup_arrow_with(core.as_ref(), array.as_ref(), values),
+                Some(names) => crate::arrow::lookup_arrow_named(
+                    core.as_ref(),
+                    array.as_ref(),
+                    names.as_ref(),
+                    values,
+                ),
+            };
             (routed, not_int)
         });
         let routed = routed.map_err(|e| match e {
             arrow_schema::ArrowError::OffsetOverflowError(n) => PyOverflowError::new_err(format!(
-                "the answer holds {n} or more subscribers, past an Arrow list's 2**31 - 1: \
-                 look the topics up in smaller arrays"
+                "the answer holds {n} or more subscribers (or bytes of names), past an Arrow \
+                 list's 2**31 - 1: look the topics up in smaller arrays"
             )),
             other => super::arrow::argument_error(other),
         })?;

@@ -77,6 +77,54 @@ def test_lookup_arrow_equals_the_reference(batch):
         assert answer_rows(m.lookup_arrow(array)) == want, (cls.__name__, dialect)
 
 
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.sampled_from(STRING_TYPES), st.integers(0, 2))
+def test_lookup_arrow_with_names_answers_names_of_the_same_rows(batch, names_kind, names_offset):
+    """`lookup_arrow(topics, names)`: the rows `lookup_arrow(topics)` answers, each int
+    replaced by its row of `names` (here the subscribers -3..6 shifted to rows 0..9)."""
+    dialect, pairs, ts, kind, offset = batch
+    array = pa.array(ts, kind).slice(offset)
+    shifted = [(p, s + 3) for p, s in pairs]
+    text = [f"name {i}" for i in range(-names_offset, 10)]
+    names = pa.array(text, names_kind).slice(names_offset)
+    for cls in TOPIC_MATCHERS:
+        m = cls(dialect, shifted)
+        ids, reasons = m.lookup_arrow(array)
+        named, named_reasons = m.lookup_arrow(array, names)
+        assert named.type == pa.list_(pa.string())
+        assert named_reasons.equals(reasons)
+        # Sorted: two lookups of one topic may list its subscribers in another order.
+        want = [
+            None if row is None else sorted(f"name {i}" for i in row) for row in ids.to_pylist()
+        ]
+        got = [None if row is None else sorted(row) for row in named.to_pylist()]
+        assert got == want, (cls.__name__, dialect)
+
+
+def test_lookup_arrow_with_names_refuses_what_it_cannot_name(matcher_cls):
+    m = matcher_cls("amqp", [("a", 0), ("b", 2), ("c", -1), ("d", "bob")])
+    names = pa.array(["zero", None, "two"])
+    assert m.lookup_arrow(pa.array(["a", "x", None]), names)[0].to_pylist() == [
+        ["zero"],
+        [],
+        None,
+    ]
+    with pytest.raises(ValueError, match=r"subscriber 2 has no name: names holds rows 0 to 1"):
+        m.lookup_arrow(pa.array(["b"]), names.slice(0, 1))
+    with pytest.raises(ValueError, match=r"subscriber -1 has no name"):
+        m.lookup_arrow(pa.array(["c"]), names)
+    m.subscribe("e", 1)
+    with pytest.raises(ValueError, match=r"names\[1\] is null"):
+        m.lookup_arrow(pa.array(["e"]), names)
+    with pytest.raises(TypeError, match="'bob' is not an int"):
+        m.lookup_arrow(pa.array(["d"]), names)
+    with pytest.raises(TypeError, match="names must be an Arrow string"):
+        m.lookup_arrow(pa.array(["a"]), pa.array([1, 2]))
+    with pytest.raises(TypeError, match="__arrow_c_array__"):
+        m.lookup_arrow(pa.array(["a"]), ["zero"])
+    assert m.lookup_arrow(pa.array([], pa.string()), names)[0].to_pylist() == []
+
+
 def test_reasons_are_the_errors_of_lookup(matcher_cls):
     m = matcher_cls("mqtt", [("a/+", 1), ("#", 2)])
     ts = ["a/b", "a/+", None, "", "b"]
@@ -435,9 +483,9 @@ def test_route_batch_never_looks_topics_up_one_by_one(spark):
         def __init__(self, inner):
             self.inner = inner
 
-        def lookup_arrow(self, topics):
+        def lookup_arrow(self, topics, names=None):
             calls.append(len(topics))
-            return self.inner.lookup_arrow(topics)
+            return self.inner.lookup_arrow(topics, names)
 
     m = Spy(tm.Trie("mqtt", [("a/+", 0)]))
     batch = pa.record_batch({"topic": pa.array(["a/b", "a/+", "a/c"] * 100)})
