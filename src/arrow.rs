@@ -122,12 +122,7 @@ pub fn lookup_arrow_named<M: Matcher + ?Sized>(
     names: &dyn Array,
     rows: impl FnMut(&[SubscriberId], &mut Vec<i64>),
 ) -> Result<Routed, ArrowError> {
-    let names = match names.data_type() {
-        DataType::Utf8 => Names::Utf8(names.as_string::<i32>()),
-        DataType::LargeUtf8 => Names::Large(names.as_string::<i64>()),
-        DataType::Utf8View => Names::View(names.as_string_view()),
-        other => return Err(not_strings("names", other)),
-    };
+    let names = Names::of(names)?;
     route_strings(
         matcher,
         topics,
@@ -188,31 +183,61 @@ impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Values<F> {
     }
 }
 
-/// A names column in any of the three string layouts.
+/// A names column in any of the three string layouts; the two with offsets are read through
+/// their buffers, and a column with no null skips the validity check, since a batch copies a
+/// name per delivery.
 enum Names<'a> {
-    Utf8(&'a StringArray),
-    Large(&'a arrow_array::LargeStringArray),
-    View(&'a arrow_array::StringViewArray),
+    Utf8(&'a [i32], &'a [u8]),
+    Large(&'a [i64], &'a [u8]),
+    Other(&'a dyn Array),
 }
 
-impl Names<'_> {
+impl<'a> Names<'a> {
+    fn of(names: &'a dyn Array) -> Result<Self, ArrowError> {
+        let with_nulls = names.null_count() > 0;
+        Ok(match names.data_type() {
+            DataType::Utf8 if !with_nulls => {
+                let a = names.as_string::<i32>();
+                Names::Utf8(a.value_offsets(), a.value_data())
+            }
+            DataType::LargeUtf8 if !with_nulls => {
+                let a = names.as_string::<i64>();
+                Names::Large(a.value_offsets(), a.value_data())
+            }
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Names::Other(names),
+            other => return Err(not_strings("names", other)),
+        })
+    }
+
     fn len(&self) -> usize {
         match self {
-            Names::Utf8(a) => a.len(),
-            Names::Large(a) => a.len(),
-            Names::View(a) => a.len(),
+            Names::Utf8(offsets, _) => offsets.len() - 1,
+            Names::Large(offsets, _) => offsets.len() - 1,
+            Names::Other(a) => a.len(),
         }
     }
 
-    /// Row `row`'s text; `None` if it is null or past the end.
-    fn get(&self, row: usize) -> Option<&str> {
-        if row >= self.len() {
-            return None;
-        }
-        match self {
-            Names::Utf8(a) => a.is_valid(row).then(|| a.value(row)),
-            Names::Large(a) => a.is_valid(row).then(|| a.value(row)),
-            Names::View(a) => a.is_valid(row).then(|| a.value(row)),
+    /// Row `row`'s bytes; `None` if it is null or past the end.
+    fn get(&self, row: usize) -> Option<&'a [u8]> {
+        match *self {
+            Names::Utf8(offsets, data) => {
+                let (&start, &end) = (offsets.get(row)?, offsets.get(row + 1)?);
+                data.get(start as usize..end as usize)
+            }
+            Names::Large(offsets, data) => {
+                let (&start, &end) = (offsets.get(row)?, offsets.get(row + 1)?);
+                data.get(start as usize..end as usize)
+            }
+            Names::Other(a) => {
+                if row >= a.len() || a.is_null(row) {
+                    return None;
+                }
+                Some(match a.data_type() {
+                    DataType::Utf8 => a.as_string::<i32>().value(row).as_bytes(),
+                    DataType::LargeUtf8 => a.as_string::<i64>().value(row).as_bytes(),
+                    _ => a.as_string_view().value(row).as_bytes(),
+                })
+            }
         }
     }
 }
@@ -248,10 +273,12 @@ impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
                 .ok()
                 .and_then(|r| self.names.get(r))
                 .ok_or_else(|| self.no_name(row))?;
-            self.bytes.extend_from_slice(name.as_bytes());
-            let end = i32::try_from(self.bytes.len())
-                .map_err(|_| ArrowError::OffsetOverflowError(self.bytes.len()))?;
-            self.offsets.push(end);
+            self.bytes.extend_from_slice(name);
+            // Checked once the topic's names are in: every offset before is smaller.
+            self.offsets.push(self.bytes.len() as i32);
+        }
+        if i32::try_from(self.bytes.len()).is_err() {
+            return Err(ArrowError::OffsetOverflowError(self.bytes.len()));
         }
         Ok(self.offsets.len() - 1)
     }

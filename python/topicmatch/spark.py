@@ -141,9 +141,12 @@ def is_connect(spark: Any) -> bool:
 
 #: The result cache of the workers' matcher when :func:`route` picks it: a batch job's
 #: messages repeat topics across its batches, and a cache larger than the distinct topics a
-#: worker sees serves most of them. 131,072 entries are at most 32 MiB of answers a worker
-#: (the cache's budget of 256 bytes an entry), made only for topics seen twice.
-ROUTE_CACHE_SIZE = 131_072
+#: worker sees serves most of them. Its sets hold four entries: at 100,000 topics a worker,
+#: 131,072 entries left a fifth of the sets too full, and a pass over half the bench's
+#: messages evicted 97,000 entries to 14,000 at 262,144. 262,144 entries are at most 64 MiB
+#: of answers a worker (the cache's budget of 256 bytes an entry; 21 MB at those 100,000
+#: topics), made only for topics seen twice, and a 4 MiB table.
+ROUTE_CACHE_SIZE = 262_144
 
 
 def _matcher_options(cls: type, cache_size: int | None) -> dict[str, int]:
