@@ -268,15 +268,19 @@ impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
     fn push(&mut self, ids: &[SubscriberId]) -> Result<usize, ArrowError> {
         self.rows.clear();
         (self.map)(ids, &mut self.rows);
-        for &row in &self.rows {
-            let name = usize::try_from(row)
-                .ok()
-                .and_then(|r| self.names.get(r))
-                .ok_or_else(|| self.no_name(row))?;
-            self.bytes.extend_from_slice(name);
-            // Checked once the topic's names are in: every offset before is smaller.
-            self.offsets.push(self.bytes.len() as i32);
-        }
+        let (bytes, ends) = (&mut self.bytes, &mut self.offsets);
+        let copied = match self.names {
+            Names::Utf8(offsets, data) => copy_rows(offsets, data, &self.rows, bytes, ends),
+            Names::Large(offsets, data) => copy_rows(offsets, data, &self.rows, bytes, ends),
+            Names::Other(_) => self.rows.iter().try_for_each(|&row| {
+                let name = usize::try_from(row).ok().and_then(|r| self.names.get(r));
+                bytes.extend_from_slice(name.ok_or(row)?);
+                ends.push(bytes.len() as i32);
+                Ok(())
+            }),
+        };
+        copied.map_err(|row| self.no_name(row))?;
+        // Checked once the topic's names are in: every end before is smaller.
         if i32::try_from(self.bytes.len()).is_err() {
             return Err(ArrowError::OffsetOverflowError(self.bytes.len()));
         }
@@ -286,13 +290,41 @@ impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
     fn finish(self) -> Result<(Arc<Field>, ArrayRef), ArrowError> {
         // Nullable, as a `take` of names makes it: the layout Spark's `array<string>` expects.
         let field = Arc::new(Field::new_list_field(DataType::Utf8, true));
-        let names = StringArray::try_new(
-            OffsetBuffer::new(ScalarBuffer::from(self.offsets)),
-            self.bytes.into(),
-            None,
-        )?;
+        // SAFETY: `new_unchecked` asks what `try_new` checks. The offsets start at 0, and each
+        // is the length of `bytes` after a copy, so they never decrease and the last is
+        // `bytes.len()`, under `i32::MAX` (checked after every topic). Between two offsets lie
+        // the bytes of one whole value of `names`, a string array, whose values are UTF-8
+        // (arrow-rs's invariant: its safe constructors check it, and the Python binding
+        // imports arrays with full validation); so every value here is UTF-8. No nulls.
+        #[allow(unsafe_code)]
+        let names = unsafe {
+            StringArray::new_unchecked(
+                OffsetBuffer::new_unchecked(ScalarBuffer::from(self.offsets)),
+                self.bytes.into(),
+                None,
+            )
+        };
         Ok((field, Arc::new(names)))
     }
+}
+
+/// Appends the text of each of `rows` of a names column with offsets (and no null) to
+/// `bytes`, and after each its end to `ends`; `Err` with the first row the column does not
+/// have. The loop a batch runs once per delivery, with no other branch.
+fn copy_rows<O: arrow_array::OffsetSizeTrait>(
+    offsets: &[O],
+    data: &[u8],
+    rows: &[i64],
+    bytes: &mut Vec<u8>,
+    ends: &mut Vec<i32>,
+) -> Result<(), i64> {
+    let n = offsets.len() - 1;
+    for &row in rows {
+        let r = usize::try_from(row).ok().filter(|&r| r < n).ok_or(row)?;
+        bytes.extend_from_slice(&data[offsets[r].as_usize()..offsets[r + 1].as_usize()]);
+        ends.push(bytes.len() as i32);
+    }
+    Ok(())
 }
 
 /// The loop of [`lookup_arrow`]: every topic looked up, its answer pushed to `answers`.

@@ -45,11 +45,20 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<ArrayRef> {
     // those C structs, alive as long as the capsules, which are held here. `from_raw` moves
     // the array struct out and leaves an empty one (null `release`) in the capsule, as the
     // interface asks of a consumer, so the capsule's destructor does not release it again.
-    // The schema is only read. `from_ffi` validates the array against the schema.
+    // The schema is only read. `from_ffi` checks the array's type against the schema but not
+    // its buffers: `validate_full` below does (lengths, offsets, UTF-8), before any read. An
+    // empty array is not checked: nothing of it is read, and pyarrow exports an empty slice
+    // of a string array with its offset and no bytes, which the check would refuse.
     let data = unsafe {
         let array = FFI_ArrowArray::from_raw(array_ptr.as_ptr());
         from_ffi(array, schema_ptr.as_ref())
     }
+    .and_then(|data| {
+        if data.is_empty() {
+            return Ok(data);
+        }
+        data.validate_full().map(|()| data)
+    })
     .map_err(|e| PyValueError::new_err(format!("not a valid Arrow array: {e}")))?;
     Ok(make_array(data))
 }

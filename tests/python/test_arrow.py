@@ -194,6 +194,29 @@ def test_wrong_input_types_are_type_errors(matcher_cls):
         m.lookup_arrow(pa.chunked_array([["a"], ["b"]]))
 
 
+def test_arrays_with_bad_buffers_are_refused_before_any_read(matcher_cls):
+    """An array whose offsets go back, or whose bytes are not UTF-8, is a ValueError at the
+    boundary (pyarrow builds such arrays from buffers without checking them)."""
+    m = matcher_cls("amqp", [("a", 0)])
+
+    def strings(offsets, data):
+        offsets = pa.py_buffer(b"".join(o.to_bytes(4, "little") for o in offsets))
+        return pa.Array.from_buffers(pa.string(), len(offsets) // 4 - 1, [None, offsets, data])
+
+    going_back = strings([0, 2, 1], pa.py_buffer(b"ab"))
+    not_utf8 = strings([0, 2], pa.py_buffer(b"\xff\xfe"))
+    for bad in (going_back, not_utf8):
+        with pytest.raises(ValueError, match="not a valid Arrow array"):
+            m.lookup_arrow(bad)
+        with pytest.raises(ValueError, match="not a valid Arrow array"):
+            m.lookup_arrow(pa.array(["a"]), bad)
+        with pytest.raises(ValueError, match="not a valid Arrow array"):
+            m.subscribe_arrow(bad, pa.array([1, 2], pa.int64())[: len(bad)])
+        with pytest.raises(ValueError, match="not a valid Arrow array"):
+            tm.pattern_errors(bad, "amqp")
+    assert m.lookup_arrow(pa.array(["a"]), pa.array(["zero"]))[0].to_pylist() == [["zero"]]
+
+
 def test_a_subscriber_that_is_not_an_int_is_a_type_error(matcher_cls):
     m = matcher_cls("amqp", [("a", 1), ("b", "bob"), ("c", 2**70)])
     subscribers, _ = m.lookup_arrow(pa.array(["a", "x"]))
