@@ -292,10 +292,13 @@ impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
         let field = Arc::new(Field::new_list_field(DataType::Utf8, true));
         // SAFETY: `new_unchecked` asks what `try_new` checks. The offsets start at 0, and each
         // is the length of `bytes` after a copy, so they never decrease and the last is
-        // `bytes.len()`, under `i32::MAX` (checked after every topic). Between two offsets lie
-        // the bytes of one whole value of `names`, a string array, whose values are UTF-8
-        // (arrow-rs's invariant: its safe constructors check it, and the Python binding
-        // imports arrays with full validation); so every value here is UTF-8. No nulls.
+        // `bytes.len()`, under `i32::MAX`: checked after every topic, and a `push` whose
+        // check fails (the only one that can have cast a wrapped end) ends the batch with an
+        // error, so `finish` never sees its ends. Between two offsets lie the bytes of one
+        // whole value of `names`, a string array, whose values are UTF-8 (arrow-rs's
+        // invariant: its safe constructors check it, and the Python binding imports non-empty
+        // arrays with full validation; an empty one has no row to copy); so every value here
+        // is UTF-8. No nulls.
         #[allow(unsafe_code)]
         let names = unsafe {
             StringArray::new_unchecked(

@@ -148,9 +148,10 @@ fn the_slice_mapping_sees_each_routed_topic_once_with_its_ids() {
     assert_eq!(routed.rejected(), 2);
 }
 
-/// Each id's name in `lookup_arrow_named`'s tests: ids are 0..6, names rows 0..8.
+/// Each id's name in `lookup_arrow_named`'s tests (ids are 0..6, names rows 0..8), with
+/// bytes past ASCII so that a copy cut anywhere but at a value's ends would show.
 fn name_of(row: i64) -> String {
-    format!("subscriber-{row}")
+    format!("subscriber-{row}-\u{e9}\u{2713}")
 }
 
 #[test]
@@ -160,7 +161,7 @@ fn lookup_arrow_named_answers_with_the_rows_lookup_arrow_with_answers() {
         prop::collection::vec((common::pattern(d), 0..6u32), 0..30),
         prop::collection::vec(cell(d), 0..40),
         (0..3u8, 0..4usize),
-        (0..3u8, 0..3usize),
+        (0..3u8, 0..3usize, any::<bool>()),
     );
     let mut runner = TestRunner::new(Config {
         cases: 500,
@@ -169,7 +170,7 @@ fn lookup_arrow_named_answers_with_the_rows_lookup_arrow_with_answers() {
     runner
         .run(
             &case,
-            |(pairs, cells, (layout, offset), (names_layout, names_offset))| {
+            |(pairs, cells, (layout, offset), (names_layout, names_offset, nulls))| {
                 let m = Trie::new(d);
                 for (p, s) in &pairs {
                     let _ = m.subscribe_str(p, *s);
@@ -177,8 +178,11 @@ fn lookup_arrow_named_answers_with_the_rows_lookup_arrow_with_answers() {
                 let offset = offset.min(cells.len());
                 let topics = array(&cells, layout, offset);
                 // Rows 0..8 after the slice: the names array starts `names_offset` rows early.
+                // With `nulls`, rows 0 and 1 (which no id maps to) are null: the column is
+                // then read row by row rather than through its offsets.
                 let names: Vec<Option<String>> = (0..8 + names_offset)
-                    .map(|r| Some(name_of(r as i64 - names_offset as i64)))
+                    .map(|r| r as i64 - names_offset as i64)
+                    .map(|row| (!(nulls && (0..2).contains(&row))).then(|| name_of(row)))
                     .collect();
                 let names = array(&names, names_layout, names_offset);
                 // Ids 0..6 map to rows 7..2, so the mapping is seen to be applied.
@@ -232,6 +236,19 @@ fn lookup_arrow_named_refuses_a_row_it_has_no_name_for() {
     .unwrap();
     assert_eq!(ok.subscribers.value(0).len(), 0);
     assert_eq!(ok.subscribers.value(1).as_string::<i32>().value(0), "zero");
+    // No names at all, whole or as an empty slice past its start: any subscriber is refused,
+    // a topic with none is answered.
+    let none = StringArray::from(vec!["x", "y"]);
+    for empty in [StringArray::from(Vec::<&str>::new()), none.slice(2, 0)] {
+        let routed =
+            lookup_arrow_named(&m, &StringArray::from(vec!["b"]), &empty, |_, _| ()).unwrap();
+        assert_eq!(routed.subscribers.value(0).len(), 0);
+        let err = lookup_arrow_named(&m, &topics, &empty, |ids, rows| {
+            rows.extend(ids.iter().map(|_| 0))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("names holds rows 0 to 0"), "{err}");
+    }
 }
 
 #[test]

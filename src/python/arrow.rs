@@ -46,9 +46,11 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>) -> PyResult<ArrayRef> {
     // the array struct out and leaves an empty one (null `release`) in the capsule, as the
     // interface asks of a consumer, so the capsule's destructor does not release it again.
     // The schema is only read. `from_ffi` checks the array's type against the schema but not
-    // its buffers: `validate_full` below does (lengths, offsets, UTF-8), before any read. An
-    // empty array is not checked: nothing of it is read, and pyarrow exports an empty slice
-    // of a string array with its offset and no bytes, which the check would refuse.
+    // its buffers: `validate_full` below does (offsets, UTF-8, lengths as far as the C data
+    // interface gives them: a string array's byte count is its last offset), before the
+    // matcher reads any row. An empty array is not checked: no row of it is read, and an
+    // empty slice of a string array comes in with its offset and no bytes, which the check
+    // would refuse.
     let data = unsafe {
         let array = FFI_ArrowArray::from_raw(array_ptr.as_ptr());
         from_ffi(array, schema_ptr.as_ref())

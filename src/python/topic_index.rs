@@ -619,7 +619,8 @@ impl<M: Matcher + 'static> TopicIndex<M> {
     /// cannot go in an int64 column: that is a `TypeError`, raised after the batch. With
     /// `names`, each int is a row of it and the answer is those rows' text (`list<string>`),
     /// made in the same pass; an int that is not a row of `names`, or is a null one, is a
-    /// `ValueError`.
+    /// `ValueError`, raised at once (before a `TypeError` for a later non-int). `names` is
+    /// validated on each call, a scan of its bytes: small beside a batch's lookups.
     pub(crate) fn lookup_arrow<'py>(
         &self,
         topics: &Bound<'py, PyAny>,

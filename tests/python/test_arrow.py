@@ -78,15 +78,18 @@ def test_lookup_arrow_equals_the_reference(batch):
 
 
 @settings(max_examples=100, deadline=None)
-@given(batches(), st.sampled_from(STRING_TYPES), st.integers(0, 2))
-def test_lookup_arrow_with_names_answers_names_of_the_same_rows(batch, names_kind, names_offset):
+@given(batches(), st.sampled_from(STRING_TYPES), st.integers(0, 2), st.booleans())
+def test_lookup_arrow_with_names_answers_names_of_the_same_rows(
+    batch, names_kind, names_offset, null_row
+):
     """`lookup_arrow(topics, names)`: the rows `lookup_arrow(topics)` answers, each int
-    replaced by its row of `names` (here the subscribers -3..6 shifted to rows 0..9)."""
+    replaced by its row of `names` (here the subscribers -3..6 shifted to rows 0..9; a null
+    row 10, which no subscriber names, makes the column be read row by row)."""
     dialect, pairs, ts, kind, offset = batch
     array = pa.array(ts, kind).slice(offset)
     shifted = [(p, s + 3) for p, s in pairs]
-    text = [f"name {i}" for i in range(-names_offset, 10)]
-    names = pa.array(text, names_kind).slice(names_offset)
+    text = [f"name {i} \u00e9\u2713" for i in range(-names_offset, 10)]
+    names = pa.array(text + [None] * null_row, names_kind).slice(names_offset)
     for cls in TOPIC_MATCHERS:
         m = cls(dialect, shifted)
         ids, reasons = m.lookup_arrow(array)
@@ -95,7 +98,8 @@ def test_lookup_arrow_with_names_answers_names_of_the_same_rows(batch, names_kin
         assert named_reasons.equals(reasons)
         # Sorted: two lookups of one topic may list its subscribers in another order.
         want = [
-            None if row is None else sorted(f"name {i}" for i in row) for row in ids.to_pylist()
+            None if row is None else sorted(f"name {i} \u00e9\u2713" for i in row)
+            for row in ids.to_pylist()
         ]
         got = [None if row is None else sorted(row) for row in named.to_pylist()]
         assert got == want, (cls.__name__, dialect)
