@@ -216,30 +216,19 @@ impl<'a> Names<'a> {
             Names::Other(a) => a.len(),
         }
     }
+}
 
-    /// Row `row`'s bytes; `None` if it is null or past the end.
-    fn get(&self, row: usize) -> Option<&'a [u8]> {
-        match *self {
-            Names::Utf8(offsets, data) => {
-                let (&start, &end) = (offsets.get(row)?, offsets.get(row + 1)?);
-                data.get(start as usize..end as usize)
-            }
-            Names::Large(offsets, data) => {
-                let (&start, &end) = (offsets.get(row)?, offsets.get(row + 1)?);
-                data.get(start as usize..end as usize)
-            }
-            Names::Other(a) => {
-                if row >= a.len() || a.is_null(row) {
-                    return None;
-                }
-                Some(match a.data_type() {
-                    DataType::Utf8 => a.as_string::<i32>().value(row).as_bytes(),
-                    DataType::LargeUtf8 => a.as_string::<i64>().value(row).as_bytes(),
-                    _ => a.as_string_view().value(row).as_bytes(),
-                })
-            }
-        }
+/// Row `row` of a string column of any layout, as bytes; `None` if it is null or past the end.
+/// The way into a names column that [`copy_rows`] cannot read through its offsets.
+fn string_at(a: &dyn Array, row: usize) -> Option<&[u8]> {
+    if row >= a.len() || a.is_null(row) {
+        return None;
     }
+    Some(match a.data_type() {
+        DataType::Utf8 => a.as_string::<i32>().value(row).as_bytes(),
+        DataType::LargeUtf8 => a.as_string::<i64>().value(row).as_bytes(),
+        _ => a.as_string_view().value(row).as_bytes(),
+    })
 }
 
 /// `string` names: the text of the rows the caller maps ids to, copied in as they come.
@@ -272,8 +261,8 @@ impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
         let copied = match self.names {
             Names::Utf8(offsets, data) => copy_rows(offsets, data, &self.rows, bytes, ends),
             Names::Large(offsets, data) => copy_rows(offsets, data, &self.rows, bytes, ends),
-            Names::Other(_) => self.rows.iter().try_for_each(|&row| {
-                let name = usize::try_from(row).ok().and_then(|r| self.names.get(r));
+            Names::Other(a) => self.rows.iter().try_for_each(|&row| {
+                let name = usize::try_from(row).ok().and_then(|r| string_at(a, r));
                 bytes.extend_from_slice(name.ok_or(row)?);
                 ends.push(bytes.len() as i32);
                 Ok(())
