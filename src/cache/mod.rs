@@ -162,8 +162,9 @@ impl Entry {
     }
 
     fn bytes(&self) -> usize {
+        // A topic past the inline bytes is an `Arc<str>`: its text and the two counts before it.
         let topic = if self.topic.is_heap_allocated() {
-            self.topic.len()
+            self.topic.len() + 2 * std::mem::size_of::<usize>()
         } else {
             0
         };
@@ -285,6 +286,14 @@ struct Cache {
     stripes: Box<[Stripe]>,
     /// The write shards, allocated on the first lookup or write.
     shards: OnceLock<Shards>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: how long `publish` waits after its CAS on this thread, so that another
+    /// thread's store lands in the window between the swap and the counting.
+    static PUBLISH_PAUSE: std::cell::Cell<std::time::Duration> =
+        const { std::cell::Cell::new(std::time::Duration::ZERO) };
 }
 
 /// A matcher with a result cache in front. See the module docs.
@@ -854,14 +863,21 @@ impl Cache {
         stripe: &Stripe,
         guard: &Guard,
     ) {
+        // Counted before the swap: once the entry is in its slot, another lookup may replace
+        // it and subtract its bytes, which must then already be there (counted after, the sum
+        // could pass below zero for a moment and wrap).
         let new_bytes = entry.bytes();
+        self.bytes.fetch_add(new_bytes, Relaxed);
         if slot
             .compare_exchange(old, Owned::new(entry), SeqCst, Relaxed, guard)
             .is_err()
         {
             // Another lookup stored first; its entry is as good as ours.
+            self.bytes.fetch_sub(new_bytes, Relaxed);
             return;
         }
+        #[cfg(test)]
+        std::thread::sleep(PUBLISH_PAUSE.get());
         // The tag of whatever the slot holds now, checked again after the store: of two
         // lookups storing in turn, the one that stores its tag last then sees the entry it
         // tagged still there, or tags again. So the last tag stored is the entry's. (SeqCst:
@@ -874,7 +890,6 @@ impl Cache {
                 break;
             }
         }
-        self.bytes.fetch_add(new_bytes, Relaxed);
         // SAFETY: `old` was loaded under `guard` (see `lookup_into`).
         match unsafe { old.as_ref() } {
             None => {
@@ -1289,6 +1304,52 @@ mod tests {
         let s = m.cache_stats();
         assert_eq!((s.hits, s.topics, s.bytes), (0, 0, 0));
         assert!(s.max_bytes == 100);
+    }
+
+    /// The bytes of the entries the table holds now, counted as `publish` counts them.
+    fn bytes_held(m: &Cached<Trie>) -> usize {
+        let guard = &epoch::pin();
+        let cache = m.cache.as_ref().unwrap();
+        cache
+            .table()
+            .sets
+            .iter()
+            .flat_map(|set| &set.slots)
+            // SAFETY: loaded under `guard`; entries are freed only after it unpins.
+            .filter_map(|slot| unsafe { slot.load(Acquire, guard).as_ref() })
+            .map(Entry::bytes)
+            .sum()
+    }
+
+    #[test]
+    fn the_byte_count_holds_an_entry_replaced_before_its_store_returned() {
+        // A thread stores a large answer and is held between its swap and its counting; a
+        // write makes that entry stale and another lookup replaces it with a small one. Were
+        // the large entry counted after its swap, the replacement would subtract bytes not yet
+        // added, and the count would pass below zero and wrap.
+        let m =
+            std::sync::Arc::new(Cached::new(Trie::new(Dialect::Amqp), WAYS).without_admission());
+        for id in 0..100 {
+            m.subscribe_str("a.*", id).unwrap();
+        }
+        let held = {
+            let m = std::sync::Arc::clone(&m);
+            std::thread::spawn(move || {
+                PUBLISH_PAUSE.set(std::time::Duration::from_millis(200));
+                assert_eq!(m.lookup_str("a.b").unwrap().len(), 100);
+            })
+        };
+        // Long enough for the held thread's lookup to reach its pause (it takes microseconds).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        for id in 1..100 {
+            m.unsubscribe_str("a.*", id).unwrap();
+        }
+        assert_eq!(m.lookup_str("a.b").unwrap(), [0]);
+        let s = m.cache_stats();
+        assert!(s.bytes <= s.max_bytes, "{} bytes counted", s.bytes);
+        held.join().unwrap();
+        assert_eq!(m.cache_stats().bytes, bytes_held(&m));
+        assert_eq!(m.cache_stats().topics, 1);
     }
 
     #[test]
