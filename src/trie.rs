@@ -376,33 +376,25 @@ impl Inner {
         self.positions.get(&node)
     }
 
-    /// Takes `node`'s positions out of their map, probing it only for a node that may have
-    /// them.
-    fn take_positions(&mut self, node: NodeId) -> Option<Positions> {
-        if self.nodes[node as usize].subscribers.ids.len() < INDEXED_FROM / 2 {
-            return None;
-        }
-        self.positions.remove(&node)
-    }
-
-    /// Adds `id` to `node`'s subscribers; `false` if it was there.
-    fn insert_at(&mut self, node: NodeId, id: SubscriberId) -> bool {
-        let mut at = self.take_positions(node);
-        let added = self.nodes[node as usize].subscribers.insert(&mut at, id);
+    /// Runs `change` on `node`'s subscribers with its positions, taken out of their map and
+    /// put back after (or dropped, if `change` dropped them). The map is probed only for a
+    /// node that may have them.
+    fn change_subscribers(
+        &mut self,
+        node: NodeId,
+        change: impl FnOnce(&mut Subscribers, &mut Option<Positions>) -> bool,
+    ) -> bool {
+        let subscribers = &mut self.nodes[node as usize].subscribers;
+        let mut at = if subscribers.ids.len() < INDEXED_FROM / 2 {
+            None
+        } else {
+            self.positions.remove(&node)
+        };
+        let changed = change(subscribers, &mut at);
         if let Some(at) = at {
             self.positions.insert(node, at);
         }
-        added
-    }
-
-    /// Removes `id` from `node`'s subscribers; `false` if it was not there.
-    fn remove_at(&mut self, node: NodeId, id: SubscriberId) -> bool {
-        let mut at = self.take_positions(node);
-        let removed = self.nodes[node as usize].subscribers.remove(&mut at, id);
-        if let Some(at) = at {
-            self.positions.insert(node, at);
-        }
-        removed
+        changed
     }
 
     /// The node of the pattern with these keys, if the trie has its path.
@@ -424,7 +416,7 @@ impl Inner {
     /// Adds the pair; `true` if it was not there.
     fn subscribe<K: AsKey>(&mut self, keys: &[K], id: SubscriberId) -> bool {
         let node = self.find_or_insert(keys);
-        if !self.insert_at(node, id) {
+        if !self.change_subscribers(node, |s, at| s.insert(at, id)) {
             return false;
         }
         self.len += 1;
@@ -524,7 +516,7 @@ impl Inner {
     /// Removes `id` from `node` and prunes what that leaves empty; false if the node did not
     /// hold the id. The caller keeps `by_subscriber` in step.
     fn remove(&mut self, node: NodeId, id: SubscriberId) -> bool {
-        if !self.remove_at(node, id) {
+        if !self.change_subscribers(node, |s, at| s.remove(at, id)) {
             return false;
         }
         self.len -= 1;
