@@ -212,7 +212,7 @@ impl Subscribers {
             if let Some(&moved) = self.ids.get(i) {
                 index.insert(moved, i as u32);
             }
-            if self.ids.len() < INDEXED_FROM / 2 {
+            if !self.may_be_indexed() {
                 *at = None;
             }
         }
@@ -221,6 +221,12 @@ impl Subscribers {
             self.ids = SmallVec::new();
         }
         true
+    }
+
+    /// Whether the node may have positions: they are made at [`INDEXED_FROM`] ids and
+    /// dropped under half of it, so a node with fewer than half has none.
+    fn may_be_indexed(&self) -> bool {
+        self.ids.len() >= INDEXED_FROM / 2
     }
 
     fn is_empty(&self) -> bool {
@@ -366,11 +372,10 @@ impl Inner {
         }
     }
 
-    /// The positions of `node`'s ids, if it has them: only a node with half of
-    /// [`INDEXED_FROM`] ids or more may.
+    /// The positions of `node`'s ids, if it has them (the map is probed only for a node that
+    /// may).
     fn positions_of(&self, node: NodeId) -> Option<&Positions> {
-        let n = &self.nodes[node as usize];
-        if n.subscribers.ids.len() < INDEXED_FROM / 2 {
+        if !self.nodes[node as usize].subscribers.may_be_indexed() {
             return None;
         }
         self.positions.get(&node)
@@ -385,10 +390,10 @@ impl Inner {
         change: impl FnOnce(&mut Subscribers, &mut Option<Positions>) -> bool,
     ) -> bool {
         let subscribers = &mut self.nodes[node as usize].subscribers;
-        let mut at = if subscribers.ids.len() < INDEXED_FROM / 2 {
-            None
-        } else {
+        let mut at = if subscribers.may_be_indexed() {
             self.positions.remove(&node)
+        } else {
+            None
         };
         let changed = change(subscribers, &mut at);
         if let Some(at) = at {
