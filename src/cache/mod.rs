@@ -1019,7 +1019,9 @@ impl<M: Matcher> Matcher for Cached<M> {
                 return Ok(Some(stamp));
             }
         }
-        self.lookup_into(&self.dialect().parse_topic(topic)?, out);
+        let mut parsed = Topic::unparsed(self.dialect(), topic);
+        self.dialect().parse_in_place(&mut parsed)?;
+        self.lookup_into(&parsed, out);
         Ok(None)
     }
 
