@@ -354,6 +354,7 @@ fn bit_of(hash: u64, shift: u32) -> u32 {
     1 << ((hash >> shift) & MASK)
 }
 
+#[inline(always)]
 fn index_of(bitmap: u32, bit: u32) -> usize {
     (bitmap & (bit - 1)).count_ones() as usize
 }
@@ -421,6 +422,9 @@ impl<K: HashKey + Eq + Clone, V: Clone> PMap<K, V> {
 
     /// The stored key and value of `key`, whose hash is `hash` (`key.hash64()`): a lookup
     /// hashes each topic word once and probes many levels with it.
+    /// Always in line, so that a caller compiled for `popcnt` (`CNode::word`) walks the map
+    /// with it.
+    #[inline(always)]
     pub(crate) fn get_key_value_hashed<Q>(&self, hash: u64, key: &Q) -> Option<(&K, &V)>
     where
         K: Borrow<Q>,
@@ -603,6 +607,7 @@ fn check<K: HashKey, V>(root: Option<&NodeRef<K, V>>, len: usize) -> Result<(), 
 }
 
 /// The stored key and value of `key` in the map below `root`.
+#[inline(always)]
 fn find<'a, K, V, Q>(root: &'a NodeRef<K, V>, hash: u64, key: &Q) -> Option<(&'a K, &'a V)>
 where
     K: HashKey + Borrow<Q>,
