@@ -192,9 +192,9 @@ impl CNode {
     /// the seed.
     ///
     /// On x86-64 the walk of the word map runs as a copy compiled for `popcnt` when the CPU
-    /// has it (every one since 2008-2011; the baseline the wheels are built for predates it):
-    /// without it a map node's slot index, a count of bits, is a dozen instructions in a
-    /// chain, a quarter of this function's time on the seed's hot lookup.
+    /// has it (Intel's since 2008, AMD's since 2007; the baseline x86-64 that the wheels are
+    /// built for has none): without it a map node's slot index, a count of bits, is a dozen
+    /// instructions in a chain, a quarter of this function's time on the seed's hot lookup.
     #[inline]
     pub(crate) fn word(&self, w: &str, hash: &mut Option<u64>) -> Option<&Branch> {
         #[cfg(target_arch = "x86_64")]
