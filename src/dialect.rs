@@ -360,13 +360,21 @@ impl Dialect {
         Ok(topic)
     }
 
-    /// [`Dialect::parse_topic`] into a topic the caller holds, made by
-    /// [`Topic::unparsed`]`(self, text)`: the words are written where the caller reads them.
-    /// A topic returned inside a `Result` is copied out of it (150 bytes, a `memcpy` call
-    /// whose loads stall on the parser's stores just made: 5 % of a bare hot lookup's time),
-    /// so the lookups of a text (`Matcher::lookup_str_into` and its kin) parse in place.
+    /// Parses `text` as [`Dialect::parse_topic`] does and calls `f` with the topic where the
+    /// parser wrote it. A topic returned inside a `Result` is copied out of it (150 bytes, a
+    /// `memcpy` call whose loads stall on the parser's stores just made: 5 % of a bare hot
+    /// lookup's time), so the lookups of a text (`Matcher::lookup_str_into` and its kin) use
+    /// this instead.
     #[inline]
-    pub(crate) fn parse_in_place(self, topic: &mut Topic<'_>) -> Result<()> {
+    pub(crate) fn with_topic<R>(self, text: &str, f: impl FnOnce(&Topic<'_>) -> R) -> Result<R> {
+        let mut topic = Topic::unparsed(self, text);
+        self.parse_in_place(&mut topic)?;
+        Ok(f(&topic))
+    }
+
+    /// [`Dialect::parse_topic`] into a topic made by [`Topic::unparsed`]`(self, text)`.
+    #[inline]
+    fn parse_in_place(self, topic: &mut Topic<'_>) -> Result<()> {
         debug_assert!(topic.dialect == self && topic.words.is_empty());
         let text = topic.text;
         let words = &mut topic.words;
@@ -545,7 +553,7 @@ impl<'a> Topic<'a> {
     /// A topic of no words yet, for [`Dialect::parse_in_place`] to fill: never handed out
     /// before that has validated it.
     #[inline]
-    pub(crate) fn unparsed(dialect: Dialect, text: &'a str) -> Self {
+    fn unparsed(dialect: Dialect, text: &'a str) -> Self {
         Topic {
             dialect,
             text,

@@ -78,9 +78,7 @@ pub trait Matcher: Send + Sync {
     /// [`Matcher::has_interest`] of a topic given as text; an invalid topic is an error. A
     /// matcher that answers from the text alone (a result cache's hit) overrides it.
     fn has_interest_str(&self, topic: &str) -> Result<bool> {
-        let mut parsed = Topic::unparsed(self.dialect(), topic);
-        self.dialect().parse_in_place(&mut parsed)?;
-        Ok(self.has_interest(&parsed))
+        self.dialect().with_topic(topic, |t| self.has_interest(t))
     }
 
     /// The pairs whose patterns share at least one topic with `pattern` (the NATS server's
@@ -131,10 +129,8 @@ pub trait Matcher: Send + Sync {
     /// an invalid topic is an error and appends nothing. A matcher that can answer from the
     /// text alone (a result cache's hit) overrides it and parses only when it must.
     fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {
-        let mut parsed = Topic::unparsed(self.dialect(), topic);
-        self.dialect().parse_in_place(&mut parsed)?;
-        self.lookup_into(&parsed, out);
-        Ok(())
+        self.dialect()
+            .with_topic(topic, |t| self.lookup_into(t, out))
     }
 
     /// [`Matcher::lookup_str_into`], saying whether what it found is an answer a result cache
@@ -229,12 +225,23 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
     }
 }
 
+/// Gives a fresh answer vector (`lookup_str`'s, of no capacity) room for its `n()` ids at
+/// once: its first push went through the vector's growth path, 70 instructions beside
+/// `malloc`. A reused vector is left to grow as it goes, which costs it nothing.
+#[inline]
+pub(crate) fn size_fresh(out: &mut Vec<SubscriberId>, n: impl FnOnce() -> usize) {
+    if out.capacity() == 0 {
+        *out = Vec::with_capacity(n());
+    }
+}
+
 /// Deduplicates `out[start..]`, for matchers that can reach a subscriber twice. A tail of a
 /// few ids keeps the first of each in place, each compared with those kept before it (an
-/// answer of two ids took 71 instructions to sort, 47 so; 2,100 the whole hot lookup); longer
-/// tails are sorted; a long one (a broker's fan-out: hundreds of subscribers from as many patterns)
-/// is deduplicated in one pass over a per-thread bitmap of the ids seen, when its ids are
-/// small enough for that bitmap, which is cleared again through the kept ids alone.
+/// answer of two ids took 71 instructions to sort, 47 so; 2,100 the whole hot lookup);
+/// longer tails are sorted; a long one (a broker's fan-out: hundreds of subscribers from as
+/// many patterns) is deduplicated in one pass over a per-thread bitmap of the ids seen, when
+/// its ids are small enough for that bitmap, which is cleared again through the kept ids
+/// alone.
 pub(crate) fn dedup_from(out: &mut Vec<SubscriberId>, start: usize) {
     let tail = &mut out[start..];
     if tail.len() < 2 {

@@ -19,7 +19,7 @@ use smol_str::SmolStr;
 use crate::cstrie::WordsHasher;
 use crate::dialect::{AsKey, Dialect, Key, Pattern, Topic};
 use crate::error::Result;
-use crate::matcher::{dedup_from, Matcher, SubscriberId};
+use crate::matcher::{dedup_from, size_fresh, Matcher, SubscriberId};
 
 type Map<K, V> = HashMap<K, V, WordsHasher>;
 type Set<T> = HashSet<T, WordsHasher>;
@@ -552,14 +552,11 @@ impl Inner {
     /// Appends the subscribers of every pattern matching `topic`, possibly more than once.
     fn collect(&self, dialect: Dialect, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
         self.walk(dialect, topic, |ends| {
-            // A fresh vector (`lookup_str`'s) is sized once, not grown through the vector's
-            // growth path (as the `CSTrie`'s answer is).
-            if out.capacity() == 0 {
-                let n = ends
-                    .iter()
-                    .map(|&id| self.nodes[id as usize].subscribers.as_slice().len());
-                *out = Vec::with_capacity(n.sum());
-            }
+            size_fresh(out, || {
+                ends.iter()
+                    .map(|&id| self.nodes[id as usize].subscribers.as_slice().len())
+                    .sum()
+            });
             for &id in ends {
                 out.extend_from_slice(self.nodes[id as usize].subscribers.as_slice());
             }

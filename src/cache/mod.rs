@@ -1019,9 +1019,8 @@ impl<M: Matcher> Matcher for Cached<M> {
                 return Ok(Some(stamp));
             }
         }
-        let mut parsed = Topic::unparsed(self.dialect(), topic);
-        self.dialect().parse_in_place(&mut parsed)?;
-        self.lookup_into(&parsed, out);
+        self.dialect()
+            .with_topic(topic, |t| self.lookup_into(t, out))?;
         Ok(None)
     }
 

@@ -82,7 +82,7 @@ use self::snapshot::RootNode;
 pub use self::validate::Quiescence;
 use crate::dialect::{AsKey, Dialect, Pattern, Topic};
 use crate::error::Result;
-use crate::matcher::{dedup_from, Matcher, SubscriberId};
+use crate::matcher::{dedup_from, size_fresh, Matcher, SubscriberId};
 use crate::sync::AtomicUsize;
 
 /// Validated lookups tried before a lookup falls back to a snapshot.
@@ -773,12 +773,7 @@ impl CSTrie {
         }
         match out {
             Gather::Ids(out) => {
-                // A fresh vector (`lookup_str`'s) gets room for all of them at once: its first
-                // push went through the vector's growth path, 70 instructions beside `malloc`.
-                // A reused one is left to grow as it goes, which costs it nothing.
-                if out.capacity() == 0 {
-                    **out = Vec::with_capacity(live.iter().map(|p| p.subs.len()).sum());
-                }
+                size_fresh(out, || live.iter().map(|p| p.subs.len()).sum());
                 for p in live.iter() {
                     p.subs.extend_into(out);
                 }
