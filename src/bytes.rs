@@ -38,6 +38,31 @@ pub(crate) fn tail_word(key: &[u8], tail: &[u8]) -> u64 {
     }
 }
 
+/// A byte of value 1 in each of a word's eight bytes: times `b`, the word of eight `b`s.
+const ONES: u64 = 0x0101_0101_0101_0101;
+/// The high bit of each byte.
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+/// The low seven bits of each byte.
+const LOWS: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// The high bit of each byte of `x` that equals `b`, and no other bit. Exact: the sum that
+/// finds the zero bytes of `x ^ bbbbbbbb` adds seven bits to seven bits, so no carry crosses
+/// into the next byte (the shorter test with a subtraction borrows across bytes and may mark
+/// a byte just above a match).
+#[inline]
+pub(crate) fn bytes_equal(x: u64, b: u8) -> u64 {
+    let y = x ^ (ONES * u64::from(b));
+    !(((y & LOWS) + LOWS) | y | LOWS)
+}
+
+/// Whether some byte of `x` is below `n`, for `n <= 128`; never for `n = 0`. Exact as to
+/// whether, not as to which byte.
+#[inline]
+pub(crate) fn any_below(x: u64, n: u8) -> bool {
+    debug_assert!(n <= 128);
+    x.wrapping_sub(ONES * u64::from(n)) & !x & HIGHS != 0
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -73,5 +98,35 @@ mod tests {
             tail_word(b"012345678", b"8"),
             u64::from_le_bytes(*b"12345678")
         );
+    }
+
+    #[test]
+    fn byte_masks_agree_with_the_bytes() {
+        // Every byte value at every position, beside neighbours that would catch a carry or a
+        // borrow between bytes (a match, its successor, 0x80, 0xff).
+        for pos in 0..8 {
+            for v in 0..=255u8 {
+                for fill in [0u8, 1, 0x2e, 0x2f, 0x7f, 0x80, 0xff] {
+                    let mut bytes = [fill; 8];
+                    bytes[pos] = v;
+                    let x = u64::from_le_bytes(bytes);
+                    for b in [0u8, 1, b'.', b'/', b'+', b'#', 0x7f, 0x80, 0xff] {
+                        let want = bytes
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, &c)| c == b)
+                            .fold(0, |m, (i, _)| m | 0x80 << (8 * i));
+                        assert_eq!(bytes_equal(x, b), want, "{bytes:?} {b}");
+                    }
+                    for n in [0u8, 1, 9, 33, 64, 128] {
+                        assert_eq!(
+                            any_below(x, n),
+                            bytes.iter().any(|&c| c < n),
+                            "{bytes:?} {n}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

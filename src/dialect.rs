@@ -18,6 +18,7 @@ use std::str::FromStr;
 
 use smallvec::SmallVec;
 
+use crate::bytes;
 use crate::error::{Error, Invalid, Result};
 
 /// The longest MQTT topic or filter: its strings carry a two-byte length prefix.
@@ -388,31 +389,67 @@ impl Dialect {
             Dialect::Nats => 1 | 1 << b' ' | 1 << b'\t' | 1 << b'\r' | 1 << b'\n' | 1 << b'\x0c',
         };
         let banned = |b: u8| b < 64 && banned_bits >> b & 1 != 0;
+        // A cheap test of eight bytes at a time that is true of every chunk holding a banned
+        // byte (and of a few others: NATS's control bytes that are allowed): only such a
+        // chunk, and what follows it, is checked byte by byte.
+        let (below, plus_or_hash) = match self {
+            Dialect::Amqp => (0, false),
+            Dialect::Mqtt => (1, true),
+            Dialect::Nats => (b' ' + 1, false),
+        };
+        let suspect = |x: u64| {
+            bytes::any_below(x, below)
+                || plus_or_hash && bytes::bytes_equal(x, b'+') | bytes::bytes_equal(x, b'#') != 0
+        };
         // A word NATS cannot publish to: empty, or a wildcard.
         let bad_word = |w: &str| self == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");
         let mut valid = self != Dialect::Mqtt || (!text.is_empty() && text.len() <= MQTT_MAX_BYTES);
-        // Every byte is checked once while the words are cut at the separators; on anything
-        // wrong the loop stops, and `topic_error` finds the first fault and says what it is.
-        // (AMQP's empty topic has no words at all.)
+        // Every byte is checked once while the words are cut at the separators, eight bytes at
+        // a time while no chunk is suspect (a byte at a time took 2.7 cycles a byte, twice a
+        // plain split's); on anything wrong the loop stops, and `topic_error` finds the first
+        // fault and says what it is. (AMQP's empty topic has no words at all.)
         if !(self == Dialect::Amqp && text.is_empty()) {
+            let bytes = text.as_bytes();
             let mut start = 0;
-            for (i, &b) in text.as_bytes().iter().enumerate() {
-                if b == sep {
-                    let w = &text[start..i];
+            let mut at = 0;
+            'chunks: while let Some(chunk) = bytes.get(at..at + 8) {
+                let x = bytes::word_at(chunk);
+                if suspect(x) {
+                    break;
+                }
+                let mut seps = bytes::bytes_equal(x, sep);
+                while seps != 0 {
+                    let end = at + (seps.trailing_zeros() / 8) as usize;
+                    let w = &text[start..end];
                     if bad_word(w) {
+                        valid = false;
+                        break 'chunks;
+                    }
+                    words.push(w);
+                    start = end + 1;
+                    seps &= seps - 1;
+                }
+                at += 8;
+            }
+            if valid {
+                for (i, &b) in bytes.iter().enumerate().skip(at) {
+                    if b == sep {
+                        let w = &text[start..i];
+                        if bad_word(w) {
+                            valid = false;
+                            break;
+                        }
+                        words.push(w);
+                        start = i + 1;
+                    } else if banned(b) {
                         valid = false;
                         break;
                     }
-                    words.push(w);
-                    start = i + 1;
-                } else if banned(b) {
-                    valid = false;
-                    break;
                 }
+                let last = &text[start..];
+                valid = valid && !bad_word(last);
+                words.push(last);
             }
-            let last = &text[start..];
-            valid = valid && !bad_word(last);
-            words.push(last);
         }
         if !valid {
             return Err(self.topic_error(text));
@@ -535,7 +572,7 @@ const PATTERN_CLASSES: [[u8; 256]; 3] = {
 };
 
 /// Words a topic holds inline before its word list spills to the heap.
-pub const INLINE_WORDS: usize = 8;
+pub const INLINE_WORDS: usize = 16;
 
 /// A topic's words: inline up to [`INLINE_WORDS`], so that parsing a topic allocates nothing.
 type Words<'a> = SmallVec<[&'a str; INLINE_WORDS]>;
@@ -609,16 +646,12 @@ mod tests {
         Ok(d.split(text).map(|(_, w)| w).collect())
     }
 
-    /// Strings made of words a pattern may or may not hold (wildcards alone and inside words,
-    /// empty words, NUL, white space, a non-ASCII letter) joined by either dialect's
-    /// separator: random bytes rarely give a string that is valid but for one rule, such as
-    /// `#/a` in MQTT.
-    fn pattern_like() -> impl Strategy<Value = String> {
-        let word = prop::sample::select(vec![
-            "", "a", "ab", "*", "+", "#", ">", "$a", "a+", "#a", "a*", ">a", " ", "a\t", "\0", "é",
-        ]);
+    /// Up to `max - 1` words drawn from `words`, each joined to the next by either dialect's
+    /// separator.
+    fn joined(words: Vec<&'static str>, max: usize) -> impl Strategy<Value = String> {
+        let word = prop::sample::select(words);
         let sep = prop::sample::select(vec![".", "/"]);
-        prop::collection::vec((word, sep), 0..10).prop_map(|parts| {
+        prop::collection::vec((word, sep), 0..max).prop_map(|parts| {
             let mut text = String::new();
             for (i, (w, s)) in parts.iter().enumerate() {
                 if i > 0 {
@@ -628,6 +661,44 @@ mod tests {
             }
             text
         })
+    }
+
+    /// Strings made of words a pattern may or may not hold (wildcards alone and inside words,
+    /// empty words, NUL, white space, a non-ASCII letter): random bytes rarely give a string
+    /// that is valid but for one rule, such as `#/a` in MQTT.
+    fn pattern_like() -> impl Strategy<Value = String> {
+        let words = vec![
+            "", "a", "ab", "*", "+", "#", ">", "$a", "a+", "#a", "a*", ">a", " ", "a\t", "\0", "é",
+        ];
+        joined(words, 10)
+    }
+
+    /// Topics of long clean words and of words with one fault or one byte a chunk test must
+    /// look at twice (a control byte NATS allows, a byte above 127).
+    fn topic_like() -> impl Strategy<Value = String> {
+        let words = vec![
+            "",
+            "a",
+            "abc",
+            "abcdefgh",
+            "abcdefghijk",
+            "$a",
+            "*",
+            ">",
+            "+",
+            "#",
+            "abc def",
+            "ab\tc",
+            "abc\0d",
+            "a\u{1}bc",
+            "a\u{b}",
+            "\u{c}",
+            "a\rb",
+            "a\nb",
+            "é",
+            "abcé\u{7f}",
+        ];
+        joined(words, 16)
     }
 
     /// What the one-pass pattern scan and the rules give for `text`: the keys, or the error
@@ -665,11 +736,12 @@ mod tests {
 
     proptest! {
         /// Words, errors and the byte each error names agree with the rules checked one at a
-        /// time, in every dialect, on strings rich in separators, wildcards, `$`, NUL and
-        /// white space, with more words than fit inline.
+        /// time, in every dialect, on strings rich in separators, wildcards, `$`, NUL, white
+        /// space, control bytes NATS allows and bytes above 127, with more words than fit
+        /// inline and faults anywhere in the chunks the parser reads eight bytes at a time.
         #[test]
         fn one_pass_parse_agrees_with_the_rules(
-            text in proptest::string::string_regex("[a./+#*>$ \t\u{0}]{0,40}").unwrap(),
+            text in proptest::string::string_regex("[aé./+#*>$ \t\u{0}\u{1}\u{b}\u{7f}]{0,80}").unwrap(),
         ) {
             for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
                 let want = parse_by_rules(d, &text).map_err(|e| e.to_string());
@@ -681,6 +753,18 @@ mod tests {
                 }
                 let got = got.map(|t| t.words().to_vec()).map_err(|e| e.to_string());
                 prop_assert_eq!(got, want);
+            }
+        }
+
+        /// The same on topics of words long and short, where a fault lies inside a chunk of
+        /// eight bytes that is otherwise clean (a space among letters is what a chunk test
+        /// that missed NATS's space let through: the strings above rarely give one).
+        #[test]
+        fn one_pass_parse_agrees_with_the_rules_on_long_words(text in topic_like()) {
+            for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
+                let want = parse_by_rules(d, &text).map_err(|e| e.to_string());
+                let got = d.parse_topic(&text).map(|t| t.words().to_vec());
+                prop_assert_eq!(got.map_err(|e| e.to_string()), want);
             }
         }
 
