@@ -674,18 +674,19 @@ impl Matcher for Trie {
     }
 
     fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
-        Ok(self.add(&self.dialect.pattern_keys(pattern)?, id))
+        self.dialect
+            .with_pattern_keys(pattern, |keys| self.add(keys, id))
     }
 
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
-        let keys = self.dialect.pattern_keys(pattern)?;
-        Ok(self.write().unsubscribe(&keys, id))
+        self.dialect
+            .with_pattern_keys(pattern, |keys| self.write().unsubscribe(keys, id))
     }
 
     fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
         self.dialect
-            .pattern_keys(pattern)
-            .is_ok_and(|keys| self.read().holds(&keys, id))
+            .with_pattern_keys(pattern, |keys| self.read().holds(keys, id))
+            .unwrap_or(false)
     }
 
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {

@@ -882,27 +882,29 @@ impl Matcher for CSTrie {
     }
 
     fn subscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
-        let keys = self.dialect.pattern_keys(pattern)?;
-        if self.read_only || !self.insert(&keys, id) {
-            return Ok(false);
+        let added = self
+            .dialect
+            .with_pattern_keys(pattern, |keys| !self.read_only && self.insert(keys, id))?;
+        if added {
+            self.len.fetch_add(1, Relaxed);
         }
-        self.len.fetch_add(1, Relaxed);
-        Ok(true)
+        Ok(added)
     }
 
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
-        let keys = self.dialect.pattern_keys(pattern)?;
-        if self.read_only || !self.remove(&keys, id) {
-            return Ok(false);
+        let removed = self
+            .dialect
+            .with_pattern_keys(pattern, |keys| !self.read_only && self.remove(keys, id))?;
+        if removed {
+            self.len.fetch_sub(1, Relaxed);
         }
-        self.len.fetch_sub(1, Relaxed);
-        Ok(true)
+        Ok(removed)
     }
 
     fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
         self.dialect
-            .pattern_keys(pattern)
-            .is_ok_and(|keys| self.holds(&keys, id))
+            .with_pattern_keys(pattern, |keys| self.holds(keys, id))
+            .unwrap_or(false)
     }
 
     fn lookup_into(&self, topic: &Topic<'_>, out: &mut Vec<SubscriberId>) {
