@@ -80,9 +80,10 @@ impl AsKey for Token {
     }
 }
 
-/// Keys a scanned pattern holds inline before they spill to the heap: fewer than a topic's
-/// words, because a write returns its keys through a `Result` and copies them once (at 16 a
-/// subscribe of text copied 400 bytes, 100 instructions more than at 8).
+/// Keys a scanned pattern holds inline before they spill to the heap. Fewer than a topic's
+/// words: [`Dialect::pattern_keys`] returns them through a `Result`, which copies the inline
+/// array whole (at 16 keys, 400 bytes: 100 instructions more a subscribe of text, before the
+/// writes took their keys in place through [`Dialect::with_pattern_keys`]).
 const INLINE_KEYS: usize = 8;
 
 /// A pattern's keys: inline up to [`INLINE_KEYS`], so that scanning a pattern of up to eight
