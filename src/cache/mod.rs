@@ -972,20 +972,22 @@ impl<M: Matcher> Matcher for Cached<M> {
         if self.inner.contains(pattern, id) {
             return Ok(false);
         }
-        let keys = self.dialect().pattern_keys(pattern)?;
-        self.write(shards::of_pattern(&keys), Summary::of(&keys), |m| {
-            m.subscribe_str(pattern, id)
-        })
+        self.dialect().with_pattern_keys(pattern, |keys| {
+            self.write(shards::of_pattern(keys), Summary::of(keys), |m| {
+                m.subscribe_str(pattern, id)
+            })
+        })?
     }
 
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
-        let keys = self.dialect().pattern_keys(pattern)?;
-        if !self.inner.contains(pattern, id) {
-            return Ok(false);
-        }
-        self.write(shards::of_pattern(&keys), Summary::of(&keys), |m| {
-            m.unsubscribe_str(pattern, id)
-        })
+        self.dialect().with_pattern_keys(pattern, |keys| {
+            if !self.inner.contains(pattern, id) {
+                return Ok(false);
+            }
+            self.write(shards::of_pattern(keys), Summary::of(keys), |m| {
+                m.unsubscribe_str(pattern, id)
+            })
+        })?
     }
 
     fn contains(&self, pattern: &str, id: SubscriberId) -> bool {
