@@ -3,9 +3,10 @@
 
 /// `a == b`, compared eight bytes at a time in line. A call to `memcmp` for each compare took
 /// 6-7 % of a warm `LazyDfa` lookup's profile and of a cached hit's. The bytes past the whole
-/// words are compared as one more word that overlaps the last, and a key of under eight bytes
-/// by two overlapping halves, where a byte loop cost four instructions a byte (topic words are
-/// often three to seven bytes, and a hot lookup compares one a level).
+/// words are compared as one more word that overlaps the last, a key of four to seven bytes as
+/// two overlapping halves, and a shorter one by its first, middle and last bytes, where a byte
+/// loop cost four instructions a byte (topic words are often three to seven bytes, and a hot
+/// lookup compares one a level).
 #[inline]
 pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
