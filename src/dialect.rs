@@ -240,21 +240,21 @@ impl Dialect {
     }
 
     /// Validates a subscription pattern as [`Dialect::parse_pattern`] does and returns its
-    /// words borrowed from `text`: nothing is allocated for up to [`INLINE_KEYS`] words.
+    /// words borrowed from `text`: nothing is allocated for up to [`INLINE_KEYS`] words. For
+    /// callers that keep the keys; a write uses [`with_pattern_keys`](Self::with_pattern_keys).
     pub(crate) fn pattern_keys(self, text: &str) -> Result<Keys<'_>> {
-        let mut keys = Keys::new();
-        self.scan_pattern(text, |key| keys.push(key))?;
-        Ok(keys)
+        self.with_pattern_keys(text, Keys::from_slice)
     }
 
-    /// [`pattern_keys`](Self::pattern_keys) handed to `f` where they were gathered: a write of
-    /// text that took them through the `Result` copied them (200 bytes, a tenth of a
-    /// subscribe's instructions when the pair is already there).
+    /// Validates a subscription pattern and hands its words to `f` where they were gathered:
+    /// a write of text that took them through `pattern_keys`'s `Result` copied them (200
+    /// bytes, a tenth of a subscribe's instructions when the pair is already there), even
+    /// with `pattern_keys` inlined.
     #[inline]
-    pub(crate) fn with_pattern_keys<R>(
+    pub(crate) fn with_pattern_keys<'t, R>(
         self,
-        text: &str,
-        f: impl FnOnce(&[Key<'_>]) -> R,
+        text: &'t str,
+        f: impl FnOnce(&[Key<'t>]) -> R,
     ) -> Result<R> {
         let mut keys = Keys::new();
         self.scan_pattern(text, |key| keys.push(key))?;
