@@ -430,6 +430,14 @@ impl Dialect {
         if !(self == Dialect::Amqp && text.is_empty()) {
             let bytes = text.as_bytes();
             let mut start = 0;
+            // Cuts the word that ends at `end` (a separator's index, or the text's length);
+            // `false` if NATS cannot publish to it.
+            let mut cut = |end: usize| {
+                let w = word_between(text, start, end);
+                words.push(w);
+                start = end + 1;
+                !bad_word(w)
+            };
             let mut at = 0;
             'chunks: while let Some(chunk) = bytes.get(at..at + 8) {
                 let x = bytes::word_at(chunk);
@@ -438,36 +446,22 @@ impl Dialect {
                 }
                 let mut seps = bytes::bytes_equal(x, sep);
                 while seps != 0 {
-                    let end = at + (seps.trailing_zeros() / 8) as usize;
-                    let w = word_between(text, start, end);
-                    if bad_word(w) {
+                    if !cut(at + (seps.trailing_zeros() / 8) as usize) {
                         valid = false;
                         break 'chunks;
                     }
-                    words.push(w);
-                    start = end + 1;
                     seps &= seps - 1;
                 }
                 at += 8;
             }
             if valid {
                 for (i, &b) in bytes.iter().enumerate().skip(at) {
-                    if b == sep {
-                        let w = word_between(text, start, i);
-                        if bad_word(w) {
-                            valid = false;
-                            break;
-                        }
-                        words.push(w);
-                        start = i + 1;
-                    } else if banned(b) {
+                    if b == sep && !cut(i) || banned(b) {
                         valid = false;
                         break;
                     }
                 }
-                let last = word_between(text, start, text.len());
-                valid = valid && !bad_word(last);
-                words.push(last);
+                valid = valid && cut(text.len());
             }
         }
         if !valid {
