@@ -177,6 +177,7 @@ impl CNode {
     }
 
     /// The branch of `key`.
+    #[inline]
     pub(crate) fn get(&self, key: Key<'_>) -> Option<&Branch> {
         match key {
             Key::Word(w) => self.word(w, &mut None),
@@ -195,8 +196,16 @@ impl CNode {
     /// has it (Intel's since 2008, AMD's since 2007; the baseline x86-64 that the wheels are
     /// built for has none): without it a map node's slot index, a count of bits, is a dozen
     /// instructions in a chain, a quarter of this function's time on the seed's hot lookup.
+    /// A solo word is compared here, in line: the call to either copy, its feature test and
+    /// the registers it saves cost a solo level a third of its instructions.
     #[inline]
     pub(crate) fn word(&self, w: &str, hash: &mut Option<u64>) -> Option<&Branch> {
+        if let Some(solo) = &self.solo {
+            return crate::bytes::same(solo.word.as_bytes(), w.as_bytes()).then_some(&solo.branch);
+        }
+        if self.words.is_empty() {
+            return None;
+        }
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("popcnt") {
             // SAFETY: the CPU has `popcnt`, checked just above (the check reads a flag that
@@ -206,7 +215,7 @@ impl CNode {
         self.word_portable(w, hash)
     }
 
-    /// [`CNode::word`] for a CPU with `popcnt`.
+    /// [`CNode::word`]'s walk of the word map, for a CPU with `popcnt`.
     ///
     /// # Safety
     ///
@@ -217,7 +226,8 @@ impl CNode {
         self.word_in(w, hash)
     }
 
-    /// [`CNode::word`] for any CPU, kept out of line like the other copy.
+    /// [`CNode::word`]'s walk of the word map, for any CPU, kept out of line like the other
+    /// copy.
     #[inline(never)]
     fn word_portable(&self, w: &str, hash: &mut Option<u64>) -> Option<&Branch> {
         self.word_in(w, hash)
@@ -225,12 +235,8 @@ impl CNode {
 
     #[inline(always)]
     fn word_in(&self, w: &str, hash: &mut Option<u64>) -> Option<&Branch> {
-        if let Some(solo) = &self.solo {
-            return crate::bytes::same(solo.word.as_bytes(), w.as_bytes()).then_some(&solo.branch);
-        }
-        if self.words.is_empty() {
-            return None;
-        }
+        // [`CNode::word`] has looked at `solo`; a level with a solo word has no map (invariant 4).
+        debug_assert!(self.solo.is_none());
         let hash = *hash.get_or_insert_with(|| word_hash(w));
         self.words
             .get_key_value_hashed(hash, w)
