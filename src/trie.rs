@@ -120,16 +120,19 @@ impl Words {
     /// edges or more, and only then: a node of one edge compares its word with no hash, and
     /// most nodes below the first levels have one (a path of a subscribe, or a lookup's walk
     /// once it leaves the root's fan-out, hashed a word at each, a fifth of a `subscribe` of a
-    /// pair already there).
-    #[inline]
+    /// pair already there). In line in the walk: called, it cost `mixed` 100k's lookups an
+    /// eighth more instructions.
+    #[inline(always)]
     fn find(&self, word: &str, hash: &mut Option<u64>) -> Option<NodeId> {
-        match self.0.len() {
-            0 => None,
-            1 => {
+        match (self.0.len(), *hash) {
+            (0, _) => None,
+            // With the hash at hand, a probe reads no more than the one edge would.
+            (1, None) => {
                 let (w, id) = self.0.iter().next()?;
                 crate::bytes::same(w.as_bytes(), word.as_bytes()).then_some(*id)
             }
-            _ => self.get(*hash.get_or_insert_with(|| Words::hash(word)), word),
+            (_, Some(h)) => self.get(h, word),
+            (_, None) => self.get(*hash.insert(Words::hash(word)), word),
         }
     }
 
