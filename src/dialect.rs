@@ -285,18 +285,68 @@ impl Dialect {
             Dialect::Amqp | Dialect::Nats => false,
         };
         if !faulty {
+            // The key of the word `start..end`, or `None` if it breaks a rule; `alone`: it holds
+            // a byte that must stand alone, `last`: no separator follows it.
+            let key_of = |start: usize, end: usize, alone: bool, last: bool| {
+                Some(match &bytes[start..end] {
+                    [b] if *b == one => Key::One,
+                    [b] if *b == many => {
+                        if self != Dialect::Amqp && !last {
+                            return None;
+                        }
+                        Key::Many
+                    }
+                    [] if self == Dialect::Nats => return None,
+                    _ if alone => return None,
+                    _ => Key::Word(word_between(text, start, end)),
+                })
+            };
             let mut start = 0;
-            // Whether the word being cut holds a byte that must stand alone.
-            let mut alone = false;
+            // Eight bytes at a time while no chunk may hold a banned byte or one that must
+            // stand alone, as the topic parser does (`parse_in_place`): the test is true of
+            // every such chunk (and of NATS's allowed control bytes), which goes to the byte
+            // loop with the rest. A byte at a time, the scan was a third of a subscribe of a
+            // pair already there.
+            let (below, alone_bytes) = match self {
+                Dialect::Amqp => (0, false),
+                Dialect::Mqtt => (1, true),
+                Dialect::Nats => (b' ' + 1, false),
+            };
+            let suspect = |x: u64| {
+                bytes::any_below(x, below)
+                    || alone_bytes && bytes::bytes_equal(x, one) | bytes::bytes_equal(x, many) != 0
+            };
+            let sep = self.separator();
             let mut i = 0;
-            let ok = loop {
+            let mut ok = true;
+            'chunks: while let Some(chunk) = bytes.get(i..i + 8) {
+                let x = bytes::word_at(chunk);
+                if suspect(x) {
+                    break;
+                }
+                let mut seps = bytes::bytes_equal(x, sep);
+                while seps != 0 {
+                    let end = i + (seps.trailing_zeros() / 8) as usize;
+                    let Some(key) = key_of(start, end, false, false) else {
+                        ok = false;
+                        break 'chunks;
+                    };
+                    each(key);
+                    start = end + 1;
+                    seps &= seps - 1;
+                }
+                i += 8;
+            }
+            // Whether the word being cut holds a byte that must stand alone (none before `i`).
+            let mut alone = false;
+            while ok {
                 // Ordinary bytes: one load and a compare each.
                 while i < bytes.len() && class[bytes[i] as usize] == 0 {
                     i += 1;
                 }
                 if i < bytes.len() {
                     match class[bytes[i] as usize] {
-                        BANNED => break false,
+                        BANNED => ok = false,
                         ALONE => {
                             alone = true;
                             i += 1;
@@ -305,27 +355,22 @@ impl Dialect {
                         _ => {} // SEPARATOR
                     }
                 }
+                if !ok {
+                    break;
+                }
                 let last = i == bytes.len();
-                let key = match &bytes[start..i] {
-                    [b] if *b == one => Key::One,
-                    [b] if *b == many => {
-                        if self != Dialect::Amqp && !last {
-                            break false;
-                        }
-                        Key::Many
-                    }
-                    [] if self == Dialect::Nats => break false,
-                    _ if alone => break false,
-                    _ => Key::Word(word_between(text, start, i)),
+                let Some(key) = key_of(start, i, alone, last) else {
+                    ok = false;
+                    break;
                 };
                 each(key);
                 if last {
-                    break true;
+                    break;
                 }
                 i += 1;
                 start = i;
                 alone = false;
-            };
+            }
             if ok {
                 return Ok(());
             }
@@ -799,6 +844,16 @@ mod tests {
         /// names, of the rules checked one at a time, in every dialect.
         #[test]
         fn one_pass_pattern_scan_agrees_with_the_rules(text in pattern_like()) {
+            for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
+                let (got, want) = both_scans(d, &text);
+                prop_assert_eq!(got, want);
+            }
+        }
+
+        /// The same on patterns of words long and short, wildcards among them, where a fault
+        /// lies inside a chunk of eight bytes that is otherwise clean.
+        #[test]
+        fn one_pass_pattern_scan_agrees_with_the_rules_on_long_words(text in topic_like()) {
             for d in [Dialect::Amqp, Dialect::Mqtt, Dialect::Nats] {
                 let (got, want) = both_scans(d, &text);
                 prop_assert_eq!(got, want);
