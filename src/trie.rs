@@ -386,6 +386,7 @@ impl Trie {
 }
 
 impl Inner {
+    #[inline(always)]
     fn child(&self, node: NodeId, key: Key<'_>) -> Option<NodeId> {
         let n = &self.nodes[node as usize];
         match key {
