@@ -303,19 +303,10 @@ impl Dialect {
             };
             let mut start = 0;
             // Eight bytes at a time while no chunk may hold a banned byte or one that must
-            // stand alone, as the topic parser does (`parse_in_place`): the test is true of
-            // every such chunk (and of NATS's allowed control bytes), which goes to the byte
-            // loop with the rest. A byte at a time, the scan was a third of a subscribe of a
-            // pair already there.
-            let (below, alone_bytes) = match self {
-                Dialect::Amqp => (0, false),
-                Dialect::Mqtt => (1, true),
-                Dialect::Nats => (b' ' + 1, false),
-            };
-            let suspect = |x: u64| {
-                bytes::any_below(x, below)
-                    || alone_bytes && bytes::bytes_equal(x, one) | bytes::bytes_equal(x, many) != 0
-            };
+            // stand alone, as the topic parser does (`parse_in_place`); a suspect chunk goes to
+            // the byte loop with the rest. A byte at a time, the scan was a third of a
+            // subscribe of a pair already there.
+            let suspect = self.suspect_chunk();
             let sep = self.separator();
             let mut i = 0;
             let mut ok = true;
@@ -437,6 +428,23 @@ impl Dialect {
         Ok(f(&topic))
     }
 
+    /// A cheap test of eight bytes at a time, true of every chunk that holds a byte a topic of
+    /// this dialect bans, which is also every byte a pattern bans or must have alone in its
+    /// word (MQTT: NUL, `+`, `#`), and of a few others (NATS's control bytes that are allowed).
+    /// The dialect is matched once, here, not at every chunk.
+    #[inline(always)]
+    fn suspect_chunk(self) -> impl Fn(u64) -> bool {
+        let (below, plus_or_hash) = match self {
+            Dialect::Amqp => (0, false),
+            Dialect::Mqtt => (1, true),
+            Dialect::Nats => (b' ' + 1, false),
+        };
+        move |x| {
+            bytes::any_below(x, below)
+                || plus_or_hash && bytes::bytes_equal(x, b'+') | bytes::bytes_equal(x, b'#') != 0
+        }
+    }
+
     /// [`Dialect::parse_topic`] into a topic made by [`Topic::unparsed`]`(self, text)`.
     #[inline]
     fn parse_in_place(self, topic: &mut Topic<'_>) -> Result<()> {
@@ -453,18 +461,8 @@ impl Dialect {
             Dialect::Nats => 1 | 1 << b' ' | 1 << b'\t' | 1 << b'\r' | 1 << b'\n' | 1 << b'\x0c',
         };
         let banned = |b: u8| b < 64 && banned_bits >> b & 1 != 0;
-        // A cheap test of eight bytes at a time that is true of every chunk holding a banned
-        // byte (and of a few others: NATS's control bytes that are allowed): only such a
-        // chunk, and what follows it, is checked byte by byte.
-        let (below, plus_or_hash) = match self {
-            Dialect::Amqp => (0, false),
-            Dialect::Mqtt => (1, true),
-            Dialect::Nats => (b' ' + 1, false),
-        };
-        let suspect = |x: u64| {
-            bytes::any_below(x, below)
-                || plus_or_hash && bytes::bytes_equal(x, b'+') | bytes::bytes_equal(x, b'#') != 0
-        };
+        // Only a suspect chunk, and what follows it, is checked byte by byte.
+        let suspect = self.suspect_chunk();
         // A word NATS cannot publish to: empty, or a wildcard.
         let bad_word = |w: &str| self == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");
         let mut valid = self != Dialect::Mqtt || (!text.is_empty() && text.len() <= MQTT_MAX_BYTES);

@@ -126,7 +126,8 @@ impl Words {
     fn find(&self, word: &str, hash: &mut Option<u64>) -> Option<NodeId> {
         match (self.0.len(), *hash) {
             (0, _) => None,
-            // With the hash at hand, a probe reads no more than the one edge would.
+            // One edge and no hash yet: its word compared. (With the hash at hand, a probe
+            // reads no more than this would.)
             (1, None) => {
                 let (w, id) = self.0.iter().next()?;
                 crate::bytes::same(w.as_bytes(), word.as_bytes()).then_some(*id)
