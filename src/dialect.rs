@@ -303,31 +303,21 @@ impl Dialect {
             };
             let mut start = 0;
             // Eight bytes at a time while no chunk may hold a banned byte or one that must
-            // stand alone, as the topic parser does (`parse_in_place`); a suspect chunk goes to
-            // the byte loop with the rest. A byte at a time, the scan was a third of a
-            // subscribe of a pair already there.
-            let suspect = self.suspect_chunk();
-            let sep = self.separator();
-            let mut i = 0;
-            let mut ok = true;
-            'chunks: while let Some(chunk) = bytes.get(i..i + 8) {
-                let x = bytes::word_at(chunk);
-                if suspect(x) {
-                    break;
-                }
-                let mut seps = bytes::bytes_equal(x, sep);
-                while seps != 0 {
-                    let end = i + (seps.trailing_zeros() / 8) as usize;
-                    let Some(key) = key_of(start, end, false, false) else {
-                        ok = false;
-                        break 'chunks;
-                    };
+            // stand alone, as the topic parser does; a suspect chunk goes to the byte loop with
+            // the rest. A byte at a time, the scan was a third of a subscribe of a pair already
+            // there.
+            let reached = self.cut_chunks(bytes, |end| match key_of(start, end, false, false) {
+                Some(key) => {
                     each(key);
                     start = end + 1;
-                    seps &= seps - 1;
+                    true
                 }
-                i += 8;
-            }
+                None => false,
+            });
+            let (mut i, mut ok) = match reached {
+                Some(at) => (at, true),
+                None => (0, false),
+            };
             // Whether the word being cut holds a byte that must stand alone (none before `i`).
             let mut alone = false;
             while ok {
@@ -428,21 +418,43 @@ impl Dialect {
         Ok(f(&topic))
     }
 
-    /// A cheap test of eight bytes at a time, true of every chunk that holds a byte a topic of
-    /// this dialect bans, which is also every byte a pattern bans or must have alone in its
-    /// word (MQTT: NUL, `+`, `#`), and of a few others (NATS's control bytes that are allowed).
+    /// The part of a topic parse or a pattern scan done eight bytes at a time: calls `cut` with
+    /// the index of each separator in `bytes`, in order, chunk by chunk, until fewer than eight
+    /// bytes are left or a chunk is suspect. Returns where the byte loop goes on (that chunk's
+    /// start, or the tail's), or `None` as soon as `cut` returns `false`.
+    ///
+    /// A chunk is suspect if it may hold a byte a topic of this dialect bans, which is also
+    /// every byte a pattern bans or must have alone in its word (MQTT: NUL, `+`, `#`); the test
+    /// is true of every such chunk and of a few others (NATS's control bytes that are allowed).
     /// The dialect is matched once, here, not at every chunk.
     #[inline(always)]
-    fn suspect_chunk(self) -> impl Fn(u64) -> bool {
+    fn cut_chunks(self, bytes: &[u8], mut cut: impl FnMut(usize) -> bool) -> Option<usize> {
         let (below, plus_or_hash) = match self {
             Dialect::Amqp => (0, false),
             Dialect::Mqtt => (1, true),
             Dialect::Nats => (b' ' + 1, false),
         };
-        move |x| {
+        let suspect = |x: u64| {
             bytes::any_below(x, below)
                 || plus_or_hash && bytes::bytes_equal(x, b'+') | bytes::bytes_equal(x, b'#') != 0
+        };
+        let sep = self.separator();
+        let mut at = 0;
+        while let Some(chunk) = bytes.get(at..at + 8) {
+            let x = bytes::word_at(chunk);
+            if suspect(x) {
+                break;
+            }
+            let mut seps = bytes::bytes_equal(x, sep);
+            while seps != 0 {
+                if !cut(at + (seps.trailing_zeros() / 8) as usize) {
+                    return None;
+                }
+                seps &= seps - 1;
+            }
+            at += 8;
         }
+        Some(at)
     }
 
     /// [`Dialect::parse_topic`] into a topic made by [`Topic::unparsed`]`(self, text)`.
@@ -461,8 +473,6 @@ impl Dialect {
             Dialect::Nats => 1 | 1 << b' ' | 1 << b'\t' | 1 << b'\r' | 1 << b'\n' | 1 << b'\x0c',
         };
         let banned = |b: u8| b < 64 && banned_bits >> b & 1 != 0;
-        // Only a suspect chunk, and what follows it, is checked byte by byte.
-        let suspect = self.suspect_chunk();
         // A word NATS cannot publish to: empty, or a wildcard.
         let bad_word = |w: &str| self == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");
         let mut valid = self != Dialect::Mqtt || (!text.is_empty() && text.len() <= MQTT_MAX_BYTES);
@@ -481,22 +491,11 @@ impl Dialect {
                 start = end + 1;
                 !bad_word(w)
             };
-            let mut at = 0;
-            'chunks: while let Some(chunk) = bytes.get(at..at + 8) {
-                let x = bytes::word_at(chunk);
-                if suspect(x) {
-                    break;
-                }
-                let mut seps = bytes::bytes_equal(x, sep);
-                while seps != 0 {
-                    if !cut(at + (seps.trailing_zeros() / 8) as usize) {
-                        valid = false;
-                        break 'chunks;
-                    }
-                    seps &= seps - 1;
-                }
-                at += 8;
-            }
+            // Eight bytes at a time while no chunk is suspect; only a suspect chunk, and what
+            // follows it, is checked byte by byte.
+            let at = self.cut_chunks(bytes, &mut cut);
+            valid = valid && at.is_some();
+            let at = at.unwrap_or(0);
             if valid {
                 for (i, &b) in bytes.iter().enumerate().skip(at) {
                     if b == sep && !cut(i) || banned(b) {
