@@ -271,48 +271,48 @@ impl Dialect {
     /// about 930 instructions on `foo.*.baz.qux.quux`, more than walking a `CSTrie` to find
     /// the pair there already.
     #[inline]
-    fn scan_pattern<'t>(self, text: &'t str, mut each: impl FnMut(Key<'t>)) -> Result<()> {
+    fn scan_pattern<'t>(self, text: &'t str, each: impl FnMut(Key<'t>)) -> Result<()> {
+        // One copy of the scan per dialect, each with its dialect a constant: its bytes, its
+        // rules and the chunk test fold into the code.
+        match self {
+            Dialect::Amqp => Self::scan_pattern_as::<{ Dialect::Amqp as u8 }>(text, each),
+            Dialect::Mqtt => Self::scan_pattern_as::<{ Dialect::Mqtt as u8 }>(text, each),
+            Dialect::Nats => Self::scan_pattern_as::<{ Dialect::Nats as u8 }>(text, each),
+        }
+    }
+
+    /// [`scan_pattern`](Self::scan_pattern) for the dialect `D`, written once for the three. A
+    /// copy of its own per dialect, not one copy in line three times: that one's closures
+    /// were called from three places, left out of line, and the dialect with them.
+    #[inline(always)]
+    fn scan_pattern_as<'t, const D: u8>(
+        text: &'t str,
+        mut each: impl FnMut(Key<'t>),
+    ) -> Result<()> {
+        let this = Dialect::ALL[D as usize];
         let bytes = text.as_bytes();
-        let (one, many) = (
-            self.one_word().as_bytes()[0],
-            self.many_words().as_bytes()[0],
-        );
-        let class = &PATTERN_CLASSES[self as usize];
-        let faulty = match self {
+        let class = &PATTERN_CLASSES[this as usize];
+        let faulty = match this {
             // AMQP's empty pattern has no words.
             Dialect::Amqp if bytes.is_empty() => return Ok(()),
             Dialect::Mqtt => bytes.is_empty() || bytes.len() > MQTT_MAX_BYTES,
             Dialect::Amqp | Dialect::Nats => false,
         };
         if !faulty {
-            // The key of the word `start..end`, or `None` if it breaks a rule; `alone`: it holds
-            // a byte that must stand alone, `last`: no separator follows it.
-            let key_of = |start: usize, end: usize, alone: bool, last: bool| {
-                Some(match &bytes[start..end] {
-                    [b] if *b == one => Key::One,
-                    [b] if *b == many => {
-                        if self != Dialect::Amqp && !last {
-                            return None;
-                        }
-                        Key::Many
-                    }
-                    [] if self == Dialect::Nats => return None,
-                    _ if alone => return None,
-                    _ => Key::Word(word_between(text, start, end)),
-                })
-            };
             let mut start = 0;
             // Eight bytes at a time while no chunk may hold a banned byte or one that must
             // stand alone, as the topic parser does; a suspect chunk goes to the byte loop with
             // the rest. A byte at a time, the scan was a third of a subscribe of a pair already
             // there.
-            let reached = self.cut_chunks(bytes, |end| match key_of(start, end, false, false) {
-                Some(key) => {
-                    each(key);
-                    start = end + 1;
-                    true
+            let reached = this.cut_chunks(bytes, |end| {
+                match this.key_of(text, start, end, false, false) {
+                    Some(key) => {
+                        each(key);
+                        start = end + 1;
+                        true
+                    }
+                    None => false,
                 }
-                None => false,
             });
             let (mut i, mut ok) = match reached {
                 Some(at) => (at, true),
@@ -340,7 +340,7 @@ impl Dialect {
                     break;
                 }
                 let last = i == bytes.len();
-                let Some(key) = key_of(start, i, alone, last) else {
+                let Some(key) = this.key_of(text, start, i, alone, last) else {
                     ok = false;
                     break;
                 };
@@ -356,8 +356,38 @@ impl Dialect {
                 return Ok(());
             }
         }
-        self.scan_pattern_by_rules(text, |_| {})?;
+        this.scan_pattern_by_rules(text, |_| {})?;
         unreachable!("the one-pass scan of {text:?} found a fault the rules did not")
+    }
+
+    /// The key of the pattern's word `start..end` of `text`, or `None` if it breaks a rule;
+    /// `alone`: it holds a byte that must stand alone, `last`: no separator follows it. In line
+    /// in each dialect's copy of the scan (called, it was a sixth of a scan).
+    #[inline(always)]
+    fn key_of(
+        self,
+        text: &str,
+        start: usize,
+        end: usize,
+        alone: bool,
+        last: bool,
+    ) -> Option<Key<'_>> {
+        let (one, many) = (
+            self.one_word().as_bytes()[0],
+            self.many_words().as_bytes()[0],
+        );
+        Some(match &text.as_bytes()[start..end] {
+            [b] if *b == one => Key::One,
+            [b] if *b == many => {
+                if self != Dialect::Amqp && !last {
+                    return None;
+                }
+                Key::Many
+            }
+            [] if self == Dialect::Nats => return None,
+            _ if alone => return None,
+            _ => Key::Word(word_between(text, start, end)),
+        })
     }
 
     /// Checks `text` as a pattern one rule at a time and hands each of its words to `each`:
@@ -460,27 +490,39 @@ impl Dialect {
     /// [`Dialect::parse_topic`] into a topic made by [`Topic::unparsed`]`(self, text)`.
     #[inline]
     fn parse_in_place(self, topic: &mut Topic<'_>) -> Result<()> {
-        debug_assert!(topic.dialect == self && topic.words.is_empty());
+        // One copy per dialect, as the pattern scan's.
+        match self {
+            Dialect::Amqp => Self::parse_in_place_as::<{ Dialect::Amqp as u8 }>(topic),
+            Dialect::Mqtt => Self::parse_in_place_as::<{ Dialect::Mqtt as u8 }>(topic),
+            Dialect::Nats => Self::parse_in_place_as::<{ Dialect::Nats as u8 }>(topic),
+        }
+    }
+
+    /// [`parse_in_place`](Self::parse_in_place) for the dialect `D`.
+    #[inline(always)]
+    fn parse_in_place_as<const D: u8>(topic: &mut Topic<'_>) -> Result<()> {
+        let this = Dialect::ALL[D as usize];
+        debug_assert!(topic.dialect == this && topic.words.is_empty());
         let text = topic.text;
         let words = &mut topic.words;
-        let sep = self.separator();
+        let sep = this.separator();
         // The bytes no topic of this dialect may hold anywhere, all below 64, as bits of one
         // mask: the test is a compare and a shift a byte whatever the dialect, where a match
         // on the dialect and the bytes' classes made NATS's topics the slowest to parse.
-        let banned_bits: u64 = match self {
+        let banned_bits: u64 = match this {
             Dialect::Amqp => 0,
             Dialect::Mqtt => 1 | 1 << b'+' | 1 << b'#',
             Dialect::Nats => 1 | 1 << b' ' | 1 << b'\t' | 1 << b'\r' | 1 << b'\n' | 1 << b'\x0c',
         };
         let banned = |b: u8| b < 64 && banned_bits >> b & 1 != 0;
         // A word NATS cannot publish to: empty, or a wildcard.
-        let bad_word = |w: &str| self == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");
-        let mut valid = self != Dialect::Mqtt || (!text.is_empty() && text.len() <= MQTT_MAX_BYTES);
+        let bad_word = |w: &str| this == Dialect::Nats && (w.is_empty() || w == "*" || w == ">");
+        let mut valid = this != Dialect::Mqtt || (!text.is_empty() && text.len() <= MQTT_MAX_BYTES);
         // Every byte is checked once while the words are cut at the separators, eight bytes at
         // a time while no chunk is suspect (a byte at a time took 2.7 cycles a byte, twice a
         // plain split's); on anything wrong the loop stops, and `topic_error` finds the first
         // fault and says what it is. (AMQP's empty topic has no words at all.)
-        if !(self == Dialect::Amqp && text.is_empty()) {
+        if !(this == Dialect::Amqp && text.is_empty()) {
             let bytes = text.as_bytes();
             let mut start = 0;
             // Cuts the word that ends at `end` (a separator's index, or the text's length);
@@ -493,7 +535,7 @@ impl Dialect {
             };
             // Eight bytes at a time while no chunk is suspect; only a suspect chunk, and what
             // follows it, is checked byte by byte.
-            let at = self.cut_chunks(bytes, &mut cut);
+            let at = this.cut_chunks(bytes, &mut cut);
             valid = valid && at.is_some();
             let at = at.unwrap_or(0);
             if valid {
@@ -507,9 +549,9 @@ impl Dialect {
             }
         }
         if !valid {
-            return Err(self.topic_error(text));
+            return Err(this.topic_error(text));
         }
-        topic.dollar = self.has_dollar_rule() && words.first().is_some_and(|w| w.starts_with('$'));
+        topic.dollar = this.has_dollar_rule() && words.first().is_some_and(|w| w.starts_with('$'));
         Ok(())
     }
 
