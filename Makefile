@@ -284,6 +284,8 @@ lint: build
 	cargo fmt --all -- --check
 	cargo clippy --lib -- -D warnings
 	cargo clippy --all-targets --features python -- -D warnings
+	# Intra-doc links that do not resolve, or that point past what the docs publish.
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
 	RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=$(LOOM_TARGET) \
 		cargo clippy --release --lib --tests -- -D warnings
 	$(BIN)/ruff check python tests benches fuzz/python examples

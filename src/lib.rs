@@ -2,7 +2,8 @@
 //!
 //! A [`Matcher`] holds `(pattern, subscriber)` pairs and answers, for a message topic, which
 //! subscribers want it. Every matcher implements the same trait and the same semantics, defined
-//! once in [`reference`]; they differ in how they trade memory, write cost and lookup cost:
+//! once in [`reference`](mod@reference); they differ in how they trade memory, write cost and
+//! lookup cost:
 //!
 //! | matcher | technique |
 //! |---|---|

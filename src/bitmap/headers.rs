@@ -169,8 +169,8 @@ impl FromStr for MatchMode {
 /// A typed header value: one field of an AMQP 0-9-1 field table, as a client hands it over.
 ///
 /// [`Eq`], [`Hash`] and [`Ord`] are the comparison of values nested in a table or an array
-/// (see the [module docs](self)): by variant, then by value; floats by their bits, every NaN
-/// alike; tables and arrays element by element, in order. [`HeaderValue::header_eq`] is the
+/// (see the module docs of `bitmap::headers`): by variant, then by value; floats by their
+/// bits, every NaN alike; tables and arrays element by element, in order. [`HeaderValue::header_eq`] is the
 /// comparison of a top-level header with a criterion, where a string and a byte string with
 /// the same bytes are equal too.
 #[derive(Clone, Debug)]

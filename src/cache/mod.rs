@@ -7,7 +7,7 @@
 //!
 //! 1. **It never lies.** A lookup returns what the inner matcher would return at some instant
 //!    within the lookup, and a lookup that starts after a write has returned sees that write.
-//!    The rule and its proof are at [`Cached::write`].
+//!    The rule and its proof are in the comment of `Cached::write`.
 //! 2. **A hit takes no lock and allocates nothing but the returned list.** The table is a fixed
 //!    array of sets of [`WAYS`] slots, each a `crossbeam_epoch::Atomic<Entry>`, a set's slots
 //!    and its topic hashes on one cache line: a hit pins, finds its hash, loads that

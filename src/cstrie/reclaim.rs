@@ -299,7 +299,7 @@ impl Drop for Writing {
 }
 
 /// Seals what this thread's writes retired since its last flush and frees its batches that
-/// no reader can see any more, as every [`FLUSH_EVERY`]th write does. What it seals is freed
+/// no reader can see any more, as every `FLUSH_EVERY`th write does. What it seals is freed
 /// by a later call (or write) once the epoch has moved on past every thread pinned now, this
 /// call's own pin included: call it again after other pins and flushes, as the tests that count
 /// the heap do in a loop. For a thread that has stopped writing for long where the memory its

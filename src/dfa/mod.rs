@@ -1,9 +1,9 @@
 //! `LazyDfa`: the lazy DFA of RabbitMQ's topic-exchange study, with the memory budget of
 //! RE2's and regex-automata's hybrid DFAs.
 //!
-//! The NFA ([`nfa`]) is the pattern trie: its nodes are positions, a many-words node loops on
+//! The NFA (`nfa.rs`) is the pattern trie: its nodes are positions, a many-words node loops on
 //! every word. A DFA state is a set of nodes, built the first time a lookup needs it and kept
-//! ([`cache`]): its answer (the subscribers of its nodes, each once), one edge per word that
+//! (`cache.rs`): its answer (the subscribers of its nodes, each once), one edge per word that
 //! one of its nodes names, and one default edge for every other word, so an unbounded alphabet
 //! of words still gives a finite automaton. A warm lookup reads one edge per word (one hash
 //! probe) and copies the last state's answer: no backtracking and no de-duplication.
