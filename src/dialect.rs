@@ -300,9 +300,9 @@ impl Dialect {
         };
         if !faulty {
             let mut start = 0;
-            // Eight bytes at a time while no chunk may hold a banned byte or one that must
-            // stand alone, as the topic parser does; a suspect chunk goes to the byte loop with
-            // the rest. A byte at a time, the scan was a third of a subscribe of a pair already
+            // Eight bytes at a time while no chunk may hold a banned byte, or one that must
+            // stand alone and may not (`cut_chunks`), as the topic parser does; a suspect chunk
+            // goes to the byte loop with the rest. A byte at a time, the scan was a third of a subscribe of a pair already
             // there.
             let reached = this.cut_chunks(bytes, true, |end| {
                 match this.key_of(text, start, end, false, false) {
@@ -473,8 +473,7 @@ impl Dialect {
             Dialect::Nats => (b' ' + 1, false),
         };
         let sep = self.separator();
-        // The high bit of byte 0 (of byte 7): the byte before the chunk (after it) is a
-        // separator, or the text's end.
+        // Whether the byte at `i` is a separator or lies outside the text (`None`: before it).
         let edge = |i: Option<usize>| match i.map(|i| bytes.get(i)) {
             None | Some(None) => true,
             Some(Some(&b)) => b == sep,
@@ -485,17 +484,18 @@ impl Dialect {
             if bytes::any_below(x, below) {
                 break;
             }
-            let plus = bytes::bytes_equal(x, b'+');
-            if plus_or_hash && (plus | bytes::bytes_equal(x, b'#')) != 0 {
-                // A `+` alone in its word, in a pattern, is cut as a word; anything else
-                // goes to the byte loop.
+            let (plus, hash) = (bytes::bytes_equal(x, b'+'), bytes::bytes_equal(x, b'#'));
+            if plus_or_hash && plus | hash != 0 {
+                // A `+` alone in its word, in a pattern, is cut as a word: each `+` has a
+                // separator, or the text's edge, in the byte before it and in the byte after
+                // (their high bits moved onto its own). Anything else goes to the byte loop.
                 let alone = || {
                     let seps = bytes::bytes_equal(x, sep);
                     let before = seps << 8 | u64::from(edge(at.checked_sub(1))) << 7;
                     let after = seps >> 8 | u64::from(edge(Some(at + 8))) << 63;
                     plus & !(before & after) == 0
                 };
-                if !pattern || bytes::bytes_equal(x, b'#') != 0 || !alone() {
+                if !pattern || hash != 0 || !alone() {
                     break;
                 }
             }
