@@ -302,8 +302,8 @@ impl Dialect {
             let mut start = 0;
             // Eight bytes at a time while no chunk may hold a banned byte, or one that must
             // stand alone and may not (`cut_chunks`), as the topic parser does; a suspect chunk
-            // goes to the byte loop with the rest. A byte at a time, the scan was a third of a subscribe of a pair already
-            // there.
+            // goes to the byte loop with the rest. A byte at a time, the scan was a third of a
+            // subscribe of a pair already there.
             let reached = this.cut_chunks(bytes, true, |end| {
                 match this.key_of(text, start, end, false, false) {
                     Some(key) => {
@@ -484,13 +484,13 @@ impl Dialect {
             if bytes::any_below(x, below) {
                 break;
             }
+            let mut seps = bytes::bytes_equal(x, sep);
             let (plus, hash) = (bytes::bytes_equal(x, b'+'), bytes::bytes_equal(x, b'#'));
             if plus_or_hash && plus | hash != 0 {
                 // A `+` alone in its word, in a pattern, is cut as a word: each `+` has a
                 // separator, or the text's edge, in the byte before it and in the byte after
                 // (their high bits moved onto its own). Anything else goes to the byte loop.
                 let alone = || {
-                    let seps = bytes::bytes_equal(x, sep);
                     let before = seps << 8 | u64::from(edge(at.checked_sub(1))) << 7;
                     let after = seps >> 8 | u64::from(edge(Some(at + 8))) << 63;
                     plus & !(before & after) == 0
@@ -499,7 +499,6 @@ impl Dialect {
                     break;
                 }
             }
-            let mut seps = bytes::bytes_equal(x, sep);
             while seps != 0 {
                 if !cut(at + (seps.trailing_zeros() / 8) as usize) {
                     return None;

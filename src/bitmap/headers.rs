@@ -170,9 +170,9 @@ impl FromStr for MatchMode {
 ///
 /// [`Eq`], [`Hash`] and [`Ord`] are the comparison of values nested in a table or an array
 /// (see the module docs of `bitmap::headers`): by variant, then by value; floats by their
-/// bits, every NaN alike; tables and arrays element by element, in order. [`HeaderValue::header_eq`] is the
-/// comparison of a top-level header with a criterion, where a string and a byte string with
-/// the same bytes are equal too.
+/// bits, every NaN alike; tables and arrays element by element, in order.
+/// [`HeaderValue::header_eq`] is the comparison of a top-level header with a criterion, where
+/// a string and a byte string with the same bytes are equal too.
 #[derive(Clone, Debug)]
 pub enum HeaderValue {
     /// A long string (`S`) holding UTF-8 text; Python `str`.
