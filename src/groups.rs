@@ -566,6 +566,14 @@ impl<M: Matcher> Matcher for Grouped<M> {
         Ok(if expanded { None } else { stamp })
     }
 
+    fn prefetches(&self) -> bool {
+        self.inner.prefetches()
+    }
+
+    fn prefetch_str(&self, topic: &str, near: bool) {
+        self.inner.prefetch_str(topic, near);
+    }
+
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
         let mut removed = self.inner.remove_subscriber(id);
         if self.ever.load(Acquire) {

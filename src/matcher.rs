@@ -147,6 +147,19 @@ pub trait Matcher: Send + Sync {
         self.lookup_str_into(topic, out).map(|()| None)
     }
 
+    /// Whether a batch gains by announcing its next topics with [`Matcher::prefetch_str`]:
+    /// `true` for a result cache whose table is too large to stay in a processor's caches.
+    fn prefetches(&self) -> bool {
+        false
+    }
+
+    /// Hints that `topic` will be looked up soon, so that a batch's lookups overlap their
+    /// waits on memory: the line a lookup of it reads first, or, `near`, the one it reads
+    /// next (which needs the first one there). Changes nothing; the default does nothing.
+    fn prefetch_str(&self, topic: &str, near: bool) {
+        let _ = (topic, near);
+    }
+
     /// Looks up `topic` given as text.
     fn lookup_str(&self, topic: &str) -> Result<Vec<SubscriberId>> {
         let mut out = Vec::new();
@@ -198,6 +211,14 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
         known: Known<'_>,
     ) -> Result<Option<AnswerStamp>> {
         (**self).lookup_str_stamped(topic, out, known)
+    }
+
+    fn prefetches(&self) -> bool {
+        (**self).prefetches()
+    }
+
+    fn prefetch_str(&self, topic: &str, near: bool) {
+        (**self).prefetch_str(topic, near);
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {

@@ -263,3 +263,51 @@ fn lookup_arrow_named_refuses_names_that_are_not_strings() {
     );
     assert!(err.to_string().contains("names must be"), "{err}");
 }
+
+/// A batch on a cache whose answers are past `PREFETCH_FROM_BYTES` announces its next topics
+/// ahead of their lookups (and nulls and invalid topics among them): the rows are the same as
+/// topic by topic, whatever lies a few rows ahead.
+#[test]
+fn a_batch_that_prefetches_answers_as_topic_by_topic() {
+    use topicmatch::cache::PREFETCH_FROM_BYTES;
+    use topicmatch::Cached;
+    let m = Cached::new(Trie::new(Dialect::Mqtt), 1 << 14).without_admission();
+    for id in 0..1000 {
+        m.subscribe_str("a/#", id).unwrap();
+    }
+    m.subscribe_str("a/+/x", 5000).unwrap();
+    let mut cells: Vec<Option<String>> = Vec::new();
+    for i in 0..2000 {
+        cells.push(Some(format!("a/{}", i % 700)));
+        match i % 7 {
+            0 => cells.push(None),
+            3 => cells.push(Some("a/+".to_owned())),
+            5 => cells.push(Some(format!("a/{i}/x"))),
+            _ => {}
+        }
+    }
+    let topics: StringArray = cells.iter().map(Option::as_deref).collect();
+    let mut prefetched = false;
+    for _ in 0..3 {
+        prefetched |= m.prefetches();
+        let routed = lookup_arrow(&m, &topics, |id| Some(i64::from(id))).unwrap();
+        for (row, cell) in cells.iter().enumerate() {
+            let want = cell.as_deref().and_then(|t| m.lookup_str(t).ok());
+            match want {
+                None => assert!(routed.subscribers.is_null(row)),
+                Some(mut ids) => {
+                    ids.sort_unstable();
+                    let list = routed.subscribers.value(row);
+                    let mut got: Vec<i64> = list
+                        .as_primitive::<arrow_array::types::Int64Type>()
+                        .values()
+                        .to_vec();
+                    got.sort_unstable();
+                    let want: Vec<i64> = ids.into_iter().map(i64::from).collect();
+                    assert_eq!(got, want, "row {row}");
+                }
+            }
+        }
+    }
+    assert!(prefetched, "the answers passed {PREFETCH_FROM_BYTES} bytes");
+}

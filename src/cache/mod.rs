@@ -80,6 +80,15 @@ pub const WAYS: usize = 4;
 /// room, and a full table of small entries stays under 4 MiB (see [`BYTES_PER_ENTRY`]).
 pub const DEFAULT_CACHE_SIZE: usize = 16_384;
 
+/// Bytes of stored answers from which a batch announces its next topics to the cache
+/// ([`Matcher::prefetches`]): past a core's own caches (2 MiB, about 10,000 answers of 30
+/// subscribers), a hit waits on memory for its set and then its entry, and fetching both a
+/// few topics ahead overlaps those waits with the lookups before. On a Spark worker's 100,000
+/// distinct topics the batches ran 25–30 % faster so; on answers that stay in the caches the
+/// hints are instructions with nothing to overlap (2,000 hot topics: 781 instructions a topic
+/// without them, 1,031 with).
+pub const PREFETCH_FROM_BYTES: usize = 2 << 20;
+
 /// The largest `cache_size` taken: 2^24 entries, a table of 256 MiB (a set of four slots and
 /// their tags takes 64 bytes).
 pub const MAX_CACHE_SIZE: usize = 1 << 24;
@@ -706,6 +715,36 @@ impl Cache {
         None
     }
 
+    /// Whether the stored answers are past [`PREFETCH_FROM_BYTES`].
+    fn prefetches(&self) -> bool {
+        self.mode.load(Relaxed) == ON && self.bytes.load(Relaxed) >= PREFETCH_FROM_BYTES
+    }
+
+    /// Fetches the line of the set of `text`, or, `near`, the entry it holds for `text`: a
+    /// hit's two first misses, each waited for in turn (the entry's address is in the set).
+    fn prefetch(&self, text: &str, near: bool) {
+        if self.mode.load(Relaxed) != ON {
+            return;
+        }
+        let h = hash(text.as_bytes());
+        let set = self.set_of(self.table(), h);
+        if !near {
+            crate::cstrie::prefetch(set);
+            return;
+        }
+        if let Some((slot, _)) = set
+            .slots
+            .iter()
+            .zip(&set.tags)
+            .find(|(_, tag)| tag.load(Relaxed) == h)
+        {
+            // SAFETY: the pointer is only read, never followed: `prefetch` of a line freed
+            // since, or of any address, is a hint with no effect on the program.
+            let entry = slot.load(Relaxed, unsafe { epoch::unprotected() });
+            crate::cstrie::prefetch(entry.as_raw());
+        }
+    }
+
     /// The set `h` falls in.
     fn set_index(&self, h: u64) -> usize {
         (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1)
@@ -933,6 +972,16 @@ impl Drop for Cache {
 impl<M: Matcher> Matcher for Cached<M> {
     fn dialect(&self) -> Dialect {
         self.inner.dialect()
+    }
+
+    fn prefetches(&self) -> bool {
+        self.cache.as_ref().is_some_and(Cache::prefetches)
+    }
+
+    fn prefetch_str(&self, topic: &str, near: bool) {
+        if let Some(cache) = &self.cache {
+            cache.prefetch(topic, near);
+        }
     }
 
     // A write that would change nothing (the pair already there, or not there to remove) is
@@ -1310,6 +1359,41 @@ mod tests {
         let s = m.cache_stats();
         assert_eq!((s.hits, s.topics, s.bytes), (0, 0, 0));
         assert!(s.max_bytes == 100);
+    }
+
+    #[test]
+    fn topics_are_announced_ahead_only_past_the_prefetch_bytes_and_change_nothing() {
+        // A budget of 4 MiB (256 bytes an entry), and 1,000 subscribers a topic: each stored
+        // answer is about 4 KB.
+        let m = Cached::new(Trie::new(Dialect::Amqp), 1 << 14).without_admission();
+        for id in 0..1000 {
+            m.subscribe_str("a.#", id).unwrap();
+        }
+        let topics: Vec<String> = (0..1000).map(|i| format!("a.{i}")).collect();
+        assert!(!m.prefetches(), "an empty cache is announced nothing");
+        let mut stored = 0;
+        for t in &topics {
+            m.lookup_str(t).unwrap();
+            stored += 1;
+            if m.cache_stats().bytes >= PREFETCH_FROM_BYTES {
+                break;
+            }
+        }
+        assert!(
+            m.prefetches(),
+            "past the prefetch bytes after {stored} answers"
+        );
+        let before = m.cache_stats();
+        for t in topics
+            .iter()
+            .chain(["a.b.c".to_owned(), String::new()].iter())
+        {
+            m.prefetch_str(t, false);
+            m.prefetch_str(t, true);
+        }
+        let after = m.cache_stats();
+        assert_eq!((after.hits, after.misses), (before.hits, before.misses));
+        assert_eq!(m.lookup_str(&topics[0]).unwrap().len(), 1000);
     }
 
     /// The bytes of the entries the table holds now, counted as `publish` counts them.

@@ -54,7 +54,7 @@
 mod cnode;
 mod gcas;
 mod hamt;
-pub(crate) use hamt::WordsHasher;
+pub(crate) use hamt::{prefetch, WordsHasher};
 mod inode;
 mod reclaim;
 mod sharing;
