@@ -319,12 +319,6 @@ fn copy_rows<O: arrow_array::OffsetSizeTrait>(
     Ok(())
 }
 
-/// How far ahead [`route`] announces a topic's set, then its entry, to a matcher that
-/// [prefetches](Matcher::prefetches): a lookup takes hundreds of nanoseconds there, so a few
-/// rows cover a miss; a line fetched too early may be gone again.
-const FAR: usize = 6;
-const NEAR: usize = 3;
-
 /// The loop of [`lookup_arrow`]: every topic looked up, its answer pushed to `answers`.
 fn route<'a, M: Matcher + ?Sized>(
     matcher: &M,
@@ -339,10 +333,13 @@ fn route<'a, M: Matcher + ?Sized>(
     let mut reasons: Vec<(usize, String)> = Vec::new();
     let mut ids: Vec<SubscriberId> = Vec::new();
     let mut end = 0;
-    // On a matcher that asks for it, the topics `FAR` and `NEAR` rows ahead are announced:
-    // their lookups' first reads are on their way while this one runs.
+    // On a matcher that asks for it, the topics a few rows ahead are announced: their
+    // lookups' first reads are on their way while this one runs.
     let prefetch = matcher.prefetches();
-    let (mut far, mut near) = (topics.clone().skip(FAR), topics.clone().skip(NEAR));
+    let (mut far, mut near) = (
+        topics.clone().skip(crate::matcher::AHEAD.0),
+        topics.clone().skip(crate::matcher::AHEAD.1),
+    );
     for (row, topic) in topics.enumerate() {
         if prefetch {
             if let Some(Some(t)) = far.next() {

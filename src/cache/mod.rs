@@ -80,13 +80,14 @@ pub const WAYS: usize = 4;
 /// room, and a full table of small entries stays under 4 MiB (see [`BYTES_PER_ENTRY`]).
 pub const DEFAULT_CACHE_SIZE: usize = 16_384;
 
-/// Bytes of stored answers from which a batch announces its next topics to the cache
-/// ([`Matcher::prefetches`]): past a core's own caches (2 MiB, about 10,000 answers of 30
-/// subscribers), a hit waits on memory for its set and then its entry, and fetching both a
-/// few topics ahead overlaps those waits with the lookups before. On a Spark worker's 100,000
-/// distinct topics the batches ran 25–30 % faster so; on answers that stay in the caches the
-/// hints are instructions with nothing to overlap (2,000 hot topics: 781 instructions a topic
-/// without them, 1,031 with).
+/// Bytes of stored answers from which a batch (`lookup_arrow`, and from Python `lookup_many`
+/// and `count_many`) announces its next topics to the cache ([`Matcher::prefetches`]): past a
+/// core's own caches (2 MiB, about 10,000 answers of 30 subscribers), a hit waits on memory
+/// for its set and then its entry, and fetching both a few topics ahead overlaps those waits
+/// with the lookups before. On a Spark worker's 100,000 distinct topics `lookup_arrow` took
+/// about a third less time so; on answers that stay in the caches the hints are instructions
+/// with nothing to overlap (2,000 hot topics: 781 instructions a topic without them, 1,031
+/// with), hence the threshold.
 pub const PREFETCH_FROM_BYTES: usize = 2 << 20;
 
 /// The largest `cache_size` taken: 2^24 entries, a table of 256 MiB (a set of four slots and

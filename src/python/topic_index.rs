@@ -494,7 +494,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             .iter()
             .map(|item| utf8(item, Kind::Topic))
             .collect::<PyResult<_>>()?;
+        // On a cache past the caches of a core, the topics a few ahead are announced to it.
+        let prefetch = self.core.prefetches();
         let step = |i: usize| -> PyResult<T> {
+            if prefetch {
+                crate::matcher::announce(self.core.as_ref(), i, |j| texts.get(j).copied());
+            }
             look(texts[i]).map_err(|e| InvalidTopic::new_err(format!("topics[{i}]: {e}")))
         };
         let mut done = 0;

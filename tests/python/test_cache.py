@@ -158,3 +158,31 @@ def test_eight_readers_see_every_write_that_returned(cls):
     assert not errors, errors[:3]
     s = m.cache_stats()
     assert s["hits"] + s["misses"] > 0
+
+
+@pytest.mark.parametrize("cls", CACHED)
+def test_batches_on_answers_past_the_prefetch_bytes_answer_as_single_lookups(cls):
+    """Past 2 MiB of stored answers, `lookup_many`, `count_many` and `lookup_arrow` announce
+    each batch's next topics to the cache: the answers stay those of `lookup`, topic by topic,
+    with invalid topics, repeats and a write between batches among them."""
+    pa = pytest.importorskip("pyarrow")
+    m = cls(
+        "mqtt", [("a/#", i) for i in range(1000)] + [("a/+/x", -1)], cache_size=DEFAULT_CACHE_SIZE
+    )
+    topics = [f"a/{i % 700}" for i in range(2000)]
+    for t in topics[:700]:
+        for _ in range(3):  # seen, stored, hit: the cache stays on
+            m.lookup(t)
+    assert m.cache_stats()["bytes"] >= 2 << 20  # each answer holds 1,000 ids
+    batch = [t for i, t in enumerate(topics) for t in ([t, f"a/{i}/x"] if i % 5 == 0 else [t])]
+    for write in (None, ("a/+/x", -2), ("a/#", 5000)):
+        if write is not None:
+            m.subscribe(*write)
+        want = [sorted(m.lookup(t)) for t in batch]
+        assert [sorted(a) for a in m.lookup_many(batch)] == want
+        assert m.count_many(batch) == [len(a) for a in want]
+        ids, reasons = m.lookup_arrow(pa.array(batch))
+        assert reasons.null_count == len(batch)
+        assert [sorted(a) for a in ids.to_pylist()] == want
+    with pytest.raises(tm.InvalidTopic, match=r"topics\[3\]"):
+        m.lookup_many(topics[:3] + ["a/+"] + topics[3:])
