@@ -336,17 +336,13 @@ fn route<'a, M: Matcher + ?Sized>(
     // On a matcher that asks for it, the topics a few rows ahead are announced: their
     // lookups' first reads are on their way while this one runs.
     let prefetch = matcher.prefetches();
-    let (mut far, mut near) = (
-        topics.clone().skip(crate::matcher::AHEAD.0),
-        topics.clone().skip(crate::matcher::AHEAD.1),
-    );
+    let mut ahead = crate::matcher::AHEAD.map(|n| topics.clone().skip(n));
     for (row, topic) in topics.enumerate() {
         if prefetch {
-            if let Some(Some(t)) = far.next() {
-                matcher.prefetch_str(t, false);
-            }
-            if let Some(Some(t)) = near.next() {
-                matcher.prefetch_str(t, true);
+            for (step, next) in ahead.iter_mut().enumerate() {
+                if let Some(Some(t)) = next.next() {
+                    matcher.prefetch_str(t, step);
+                }
             }
         }
         let outcome = match topic {

@@ -570,8 +570,8 @@ impl<M: Matcher> Matcher for Grouped<M> {
         self.inner.prefetches()
     }
 
-    fn prefetch_str(&self, topic: &str, near: bool) {
-        self.inner.prefetch_str(topic, near);
+    fn prefetch_str(&self, topic: &str, step: usize) {
+        self.inner.prefetch_str(topic, step);
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {

@@ -41,24 +41,25 @@ impl AnswerStamp {
 pub type Known<'a> = &'a mut dyn FnMut(AnswerStamp, &[SubscriberId]) -> bool;
 
 /// How many topics ahead a batch announces a topic to a matcher that
-/// [prefetches](Matcher::prefetches): its first line (`.0`), then the next (`.1`). A lookup
-/// there takes hundreds of nanoseconds, so a few topics cover a miss; a line fetched much
+/// [prefetches](Matcher::prefetches), for each step of [`Matcher::prefetch_str`]. A lookup
+/// there takes hundreds of nanoseconds, so a topic or two cover a miss; a line fetched much
 /// earlier may be gone again before its lookup.
-pub(crate) const AHEAD: (usize, usize) = (6, 3);
+#[cfg(feature = "arrow")]
+pub(crate) const AHEAD: [usize; 3] = [6, 4, 2];
 
 /// Announces to `matcher` the topics [`AHEAD`] of topic `i` of a batch, `topic(j)` being the
 /// text of topic `j` (`None` past the end, or for a topic that is not text).
+#[cfg(feature = "python")]
 #[inline]
 pub(crate) fn announce<'t, M: Matcher + ?Sized>(
     matcher: &M,
     i: usize,
     topic: impl Fn(usize) -> Option<&'t str>,
 ) {
-    if let Some(t) = topic(i + AHEAD.0) {
-        matcher.prefetch_str(t, false);
-    }
-    if let Some(t) = topic(i + AHEAD.1) {
-        matcher.prefetch_str(t, true);
+    for (step, ahead) in AHEAD.iter().enumerate() {
+        if let Some(t) = topic(i + ahead) {
+            matcher.prefetch_str(t, step);
+        }
     }
 }
 
@@ -176,10 +177,12 @@ pub trait Matcher: Send + Sync {
     }
 
     /// Hints that `topic` will be looked up soon, so that a batch's lookups overlap their
-    /// waits on memory: the line a lookup of it reads first, or, `near`, the one it reads
-    /// next (which needs the first one there). Changes nothing; the default does nothing.
-    fn prefetch_str(&self, topic: &str, near: bool) {
-        let _ = (topic, near);
+    /// waits on memory: `step` 0 asks for the line a lookup of it reads first, step `k` for
+    /// the line it reads after those of the steps before, which the batch asked for a few
+    /// topics earlier (this crate's batches: six, four and two topics ahead of the lookup).
+    /// Changes nothing; the default does nothing.
+    fn prefetch_str(&self, topic: &str, step: usize) {
+        let _ = (topic, step);
     }
 
     /// Looks up `topic` given as text.
@@ -239,8 +242,8 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
         (**self).prefetches()
     }
 
-    fn prefetch_str(&self, topic: &str, near: bool) {
-        (**self).prefetch_str(topic, near);
+    fn prefetch_str(&self, topic: &str, step: usize) {
+        (**self).prefetch_str(topic, step);
     }
 
     fn remove_subscriber(&self, id: SubscriberId) -> usize {
