@@ -171,7 +171,8 @@ pub trait Matcher: Send + Sync {
     }
 
     /// Whether a batch gains by announcing its next topics with [`Matcher::prefetch_str`]:
-    /// `true` for a result cache whose table is too large to stay in a processor's caches.
+    /// `true` for a result cache whose stored answers are too large to stay in a core's own
+    /// caches (`cache::PREFETCH_FROM_BYTES`).
     fn prefetches(&self) -> bool {
         false
     }
