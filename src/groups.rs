@@ -512,6 +512,28 @@ impl<M: Matcher> Matcher for Grouped<M> {
         }
     }
 
+    /// The inner matcher's, when no pattern of `pairs` is a shared subscription.
+    fn subscribe_each_str(
+        &self,
+        pairs: &[(&str, SubscriberId)],
+        added: &mut Vec<bool>,
+    ) -> Result<()> {
+        let dialect = self.dialect();
+        if pairs
+            .iter()
+            .any(|&(p, _)| shared_parts(dialect, p).is_some())
+        {
+            for &(pattern, id) in pairs {
+                added.push(self.subscribe_str(pattern, id)?);
+            }
+            return Ok(());
+        }
+        for &(_, id) in pairs {
+            check_subscriber(id);
+        }
+        self.inner.subscribe_each_str(pairs, added)
+    }
+
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
         match shared_parts(self.dialect(), pattern) {
             None => self.inner.unsubscribe_str(pattern, id),

@@ -143,6 +143,24 @@ pub trait Matcher: Send + Sync {
         Ok(self.subscribe(&self.dialect().parse_pattern(pattern)?, id))
     }
 
+    /// Subscribes the pairs of `pairs` (patterns as text) in order, as
+    /// [`subscribe_str`](Self::subscribe_str) does one, and appends to `added` whether each
+    /// was new. Stops at the first invalid pattern with its error: the pairs before it are in
+    /// and told in `added`, the rest are not tried. For loading many pairs at once: a matcher
+    /// may take fewer steps than a write per pair (the `Trie` takes its lock once for many and
+    /// scans each pattern once; a result cache counts one write for all of them, which makes
+    /// every answer it holds stale once). A lookup meanwhile sees each pair in or out.
+    fn subscribe_each_str(
+        &self,
+        pairs: &[(&str, SubscriberId)],
+        added: &mut Vec<bool>,
+    ) -> Result<()> {
+        for &(pattern, id) in pairs {
+            added.push(self.subscribe_str(pattern, id)?);
+        }
+        Ok(())
+    }
+
     /// Parses `pattern` and unsubscribes `id` from it.
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
         Ok(self.unsubscribe(&self.dialect().parse_pattern(pattern)?, id))
@@ -224,6 +242,14 @@ impl<M: Matcher + ?Sized> Matcher for std::sync::Arc<M> {
 
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
         (**self).unsubscribe_str(pattern, id)
+    }
+
+    fn subscribe_each_str(
+        &self,
+        pairs: &[(&str, SubscriberId)],
+        added: &mut Vec<bool>,
+    ) -> Result<()> {
+        (**self).subscribe_each_str(pairs, added)
     }
 
     fn lookup_str_into(&self, topic: &str, out: &mut Vec<SubscriberId>) -> Result<()> {

@@ -669,6 +669,10 @@ impl Inner {
     }
 }
 
+/// The most pairs [`Trie::subscribe_each_str`] adds under one hold of the write lock: lookups
+/// wait for at most this many inserts (a few hundred microseconds).
+const LOCKED_PAIRS: usize = 256;
+
 impl Matcher for Trie {
     fn dialect(&self) -> Dialect {
         self.dialect
@@ -700,6 +704,27 @@ impl Matcher for Trie {
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {
         self.dialect
             .with_pattern_keys(pattern, |keys| self.write().unsubscribe(keys, id))
+    }
+
+    /// Takes the write lock once for up to 256 pairs (`LOCKED_PAIRS`), and scans and walks each
+    /// pattern once: a pair at a time, a new pair was walked twice (under the read lock to
+    /// tell a pair already there, then under the write lock), and a result cache in front
+    /// scanned it twice more.
+    fn subscribe_each_str(
+        &self,
+        pairs: &[(&str, SubscriberId)],
+        added: &mut Vec<bool>,
+    ) -> Result<()> {
+        for some in pairs.chunks(LOCKED_PAIRS) {
+            let mut inner = self.write();
+            for &(pattern, id) in some {
+                added.push(
+                    self.dialect
+                        .with_pattern_keys(pattern, |keys| inner.subscribe(keys, id))?,
+                );
+            }
+        }
+        Ok(())
     }
 
     fn contains(&self, pattern: &str, id: SubscriberId) -> bool {

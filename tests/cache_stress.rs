@@ -1,15 +1,17 @@
 //! Writers churn while readers check a cached matcher: a lookup must see every write that
 //! returned before it started, and nothing that was not yet written when it returned.
 //!
-//! One writer walks a known sequence: it subscribes `k.*` for ids 0, 1, ..., N - 1, then
-//! unsubscribes them in the same order, publishing after each call how many calls have
-//! returned. The states form a chain, so a reader that read the count `before`, looked up a
-//! `k.<x>` topic, and read the count `after`, must get the state after some m calls with
-//! `before <= m <= after + 1` (call `after + 1` may be in flight, and a linearizable lookup
-//! may see it): ids `0..m` on the way up, `m - N..N` on the way down. A second writer
-//! churns patterns no `k.` topic matches, some of them on the topics' write shards, bumping
-//! their counters all the time without changing any result. The writer pauses now and then,
-//! so that entries live long enough to hit. The cache is small (eight entries over sixteen topics) so that entries are evicted too.
+//! One writer walks a known sequence: it subscribes `k.*` for ids 0, 1, ..., N - 1 (one call
+//! each, or in loads of many pairs), then unsubscribes them in the same order, publishing
+//! after each call how many calls have returned (a load counts its pairs). The states form a
+//! chain, so a reader that read the count `before`, looked up a `k.<x>` topic, and read the
+//! count `after`, must get the state after some m calls with `before <= m <= after + 1`
+//! (call `after + 1` may be in flight, and a linearizable lookup may see it; with loads, any
+//! pair of the load in flight): ids `0..m` on the way up, `m - N..N` on the way down. A
+//! second writer churns patterns no `k.` topic matches, some of them on the topics' write
+//! shards, bumping their counters all the time without changing any result. The writer
+//! pauses now and then, so that entries live long enough to hit. The cache is small (eight
+//! entries over sixteen topics) so that entries are evicted too.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -34,7 +36,10 @@ fn state_after(m: usize) -> Vec<u32> {
     }
 }
 
-fn churn<M: Matcher + 'static>(m: Arc<Cached<M>>, always_stores: bool) {
+/// `load`: subscribes go in loads of that many pairs (`subscribe_each_str`), and a lookup may
+/// see any part of the load in flight; 1 for single subscribes.
+fn churn<M: Matcher + 'static>(m: Arc<Cached<M>>, always_stores: bool, load: usize) {
+    assert_eq!(N % load, 0, "loads that end on the round's turn");
     let pattern = D.parse_pattern("k.*").unwrap();
     let topics: Vec<String> = (0..TOPICS).map(|i| format!("k.{i}")).collect();
     // Calls returned in the current round, and the round; the reader needs both consistent,
@@ -47,6 +52,17 @@ fn churn<M: Matcher + 'static>(m: Arc<Cached<M>>, always_stores: bool) {
             for round in 0..ROUNDS {
                 for call in 0..2 * N {
                     let id = (call % N) as u32;
+                    if call < N && load > 1 {
+                        if call % load == 0 {
+                            let pairs: Vec<(&str, u32)> =
+                                (id..id + load as u32).map(|i| ("k.*", i)).collect();
+                            let mut added = Vec::new();
+                            m.subscribe_each_str(&pairs, &mut added).unwrap();
+                            assert_eq!(added, vec![true; load]);
+                            progress.store(round * 2 * N + call + load, SeqCst);
+                        }
+                        continue;
+                    }
                     let changed = if call < N {
                         m.subscribe(&pattern, id)
                     } else {
@@ -96,7 +112,7 @@ fn churn<M: Matcher + 'static>(m: Arc<Cached<M>>, always_stores: bool) {
                     got.sort_unstable();
                     // Across a round's end the chain goes on: the state after a whole round is
                     // the empty state, the start of the next.
-                    let ok = (before..=after + 1).any(|p| got == state_after(p % (2 * N)));
+                    let ok = (before..=after + load).any(|p| got == state_after(p % (2 * N)));
                     assert!(
                         ok,
                         "lookup between {before} and {after} calls got {} ids: {got:?}",
@@ -126,6 +142,7 @@ fn cached_cstrie_readers_see_every_returned_write() {
     churn(
         Arc::new(Cached::new(CSTrie::new(D), 8).without_admission()),
         true,
+        1,
     );
 }
 
@@ -134,10 +151,32 @@ fn cached_trie_readers_see_every_returned_write() {
     churn(
         Arc::new(Cached::new(Trie::new(D), 8).without_admission()),
         true,
+        1,
     );
 }
 
 #[test]
 fn cached_cstrie_with_admission_readers_see_every_returned_write() {
-    churn(Arc::new(Cached::new(CSTrie::new(D), 8)), false);
+    churn(Arc::new(Cached::new(CSTrie::new(D), 8)), false, 1);
+}
+
+/// Subscribes in loads past the cache's bulk size: each is one write on every topic around
+/// the inner matcher's own (the `CSTrie` adds the pairs one by one, so a lookup may see part
+/// of a load; the `Trie` under one hold of its lock).
+#[test]
+fn cached_cstrie_readers_see_every_returned_load() {
+    churn(
+        Arc::new(Cached::new(CSTrie::new(D), 8).without_admission()),
+        true,
+        100,
+    );
+}
+
+#[test]
+fn cached_trie_readers_see_every_returned_load() {
+    churn(
+        Arc::new(Cached::new(Trie::new(D), 8).without_admission()),
+        true,
+        100,
+    );
 }

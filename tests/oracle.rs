@@ -3,9 +3,11 @@
 mod common;
 
 use common::{agree_with_oracle, crowd_ops, ops, Factory};
+use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use topicmatch::{
-    CSTrie, Cached, Dialect, Grouped, InvertedBitmap, LazyDfa, LevelBitmap, Matcher, Trie,
+    CSTrie, Cached, Dialect, Grouped, InvertedBitmap, LazyDfa, LevelBitmap, Matcher, NaiveMatcher,
+    SubscriberId, Trie,
 };
 
 /// Cases per dialect; each case holds up to 400 operations, about half of them lookups, so
@@ -143,6 +145,115 @@ fn an_invalid_pattern_is_never_there_and_never_written() {
             assert!(m.subscribe_str(text, 1).is_err(), "{name} ({d}) {text:?}");
             assert!(m.unsubscribe_str(text, 1).is_err(), "{name} ({d}) {text:?}");
             assert_eq!(m.len(), len, "{name} ({d}) {text:?}");
+        }
+    }
+}
+
+/// One step of a workload of loads: many pairs at once, or a single write or lookup between.
+#[derive(Clone, Debug)]
+enum Step {
+    Load(Vec<(String, SubscriberId)>),
+    Unsubscribe(String, SubscriberId),
+    Lookup(String),
+}
+
+/// Loads of many pairs (`subscribe_each_str`: one hold of the `Trie`'s lock for many, one
+/// write on every topic for a result cache past its bulk size) equal the same pairs written
+/// one at a time to the oracle: what each load says was new, and every lookup after it, on
+/// every matcher and in every dialect, with answers cached between the loads.
+#[test]
+fn loads_of_many_pairs_equal_pair_by_pair_writes() {
+    for (name, make) in matchers() {
+        for d in Dialect::ALL {
+            let step = prop_oneof![
+                2 => prop::collection::vec((common::pattern(d), 0..6u32), 1..150)
+                    .prop_map(Step::Load),
+                1 => (common::pattern(d), 0..6u32).prop_map(|(p, s)| Step::Unsubscribe(p, s)),
+                4 => common::topic(d).prop_map(Step::Lookup),
+            ];
+            let mut runner = TestRunner::new(Config {
+                cases: 120,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let result = runner.run(&prop::collection::vec(step, 1..30), |steps| {
+                let m = make(d);
+                let oracle = NaiveMatcher::new(d);
+                for step in &steps {
+                    match step {
+                        Step::Load(pairs) => {
+                            let refs: Vec<(&str, SubscriberId)> =
+                                pairs.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+                            let mut added = Vec::new();
+                            let got = m.subscribe_each_str(&refs, &mut added);
+                            // The oracle one pair at a time, up to the first invalid pattern.
+                            let (mut want, mut outcome) = (Vec::new(), Ok(()));
+                            for (p, s) in pairs {
+                                match oracle.subscribe_str(p, *s) {
+                                    Ok(new) => want.push(new),
+                                    Err(e) => {
+                                        outcome = Err(e);
+                                        break;
+                                    }
+                                }
+                            }
+                            prop_assert_eq!(got, outcome, "load of {:?}", pairs);
+                            prop_assert_eq!(added, want, "load of {:?}", pairs);
+                        }
+                        Step::Unsubscribe(p, s) => {
+                            prop_assert_eq!(m.unsubscribe_str(p, *s), oracle.unsubscribe_str(p, *s))
+                        }
+                        Step::Lookup(t) => {
+                            let sorted = |r: Vec<SubscriberId>| {
+                                let mut r = r;
+                                r.sort_unstable();
+                                r
+                            };
+                            prop_assert_eq!(
+                                m.lookup_str(t).map(sorted),
+                                oracle.lookup_str(t).map(sorted),
+                                "lookup {:?}",
+                                t
+                            );
+                        }
+                    }
+                }
+                prop_assert_eq!(m.len(), oracle.len());
+                Ok(())
+            });
+            if let Err(e) = result {
+                panic!("{name} ({d}): a load differs from pair-by-pair writes: {e}");
+            }
+        }
+    }
+}
+
+/// A load stops at its first invalid pattern with that pattern's error: the pairs before it
+/// are in and told, the rest are not tried, whether the load is small or past a result
+/// cache's bulk size.
+#[test]
+fn a_load_stops_at_its_first_invalid_pattern() {
+    for (name, make) in matchers() {
+        for n in [3, 200] {
+            let m = make(Dialect::Mqtt);
+            let patterns: Vec<String> = (0..n).map(|i| format!("a/{i}/+")).collect();
+            let mut pairs: Vec<(&str, SubscriberId)> =
+                patterns.iter().map(|p| (p.as_str(), 1)).collect();
+            pairs.insert(n / 2, ("a/#/b", 1));
+            let mut added = Vec::new();
+            let err = m.subscribe_each_str(&pairs, &mut added);
+            assert_eq!(
+                err,
+                Err(Dialect::Mqtt.parse_pattern("a/#/b").unwrap_err()),
+                "{name}, {n} pairs"
+            );
+            assert_eq!(added, vec![true; n / 2], "{name}, {n} pairs");
+            assert_eq!(m.len(), n / 2, "{name}, {n} pairs");
+            assert_eq!(
+                m.lookup_str(&format!("a/{}/x", n / 2 - 1)).unwrap(),
+                vec![1]
+            );
+            assert!(m.lookup_str(&format!("a/{}/x", n / 2)).unwrap().is_empty());
         }
     }
 }

@@ -80,6 +80,10 @@ pub const WAYS: usize = 4;
 /// room, and a full table of small entries stays under 4 MiB (see [`BYTES_PER_ENTRY`]).
 pub const DEFAULT_CACHE_SIZE: usize = 16_384;
 
+/// Pairs from which [`Cached::subscribe_each_str`] writes them as one write on every topic
+/// rather than one write each: a few dozen single writes already reach most of the shards.
+const BULK_PAIRS: usize = 64;
+
 /// Bytes of stored answers from which a batch (`lookup_arrow`, and from Python `lookup_many`
 /// and `count_many`) announces its next topics to the cache ([`Matcher::prefetches`]): past a
 /// core's own caches (2 MiB, about 10,000 answers of 30 subscribers), a hit waits on memory
@@ -1042,6 +1046,26 @@ impl<M: Matcher> Matcher for Cached<M> {
                 m.subscribe_str(pattern, id)
             })
         })?
+    }
+
+    /// Many pairs are one write on every topic (as a subscriber's removal is), around the
+    /// inner matcher's own loading: each pair skips the check whether it is there and the
+    /// scans for its shards, which were most of a pair's cost. Every stored answer is stale
+    /// after it, once; fewer than 64 pairs (`BULK_PAIRS`) are written one by one.
+    fn subscribe_each_str(
+        &self,
+        pairs: &[(&str, SubscriberId)],
+        added: &mut Vec<bool>,
+    ) -> Result<()> {
+        if pairs.len() < BULK_PAIRS {
+            for &(pattern, id) in pairs {
+                added.push(self.subscribe_str(pattern, id)?);
+            }
+            return Ok(());
+        }
+        self.write(shards::EVERY_TOPIC, Summary::ANY, |m| {
+            m.subscribe_each_str(pairs, added)
+        })
     }
 
     fn unsubscribe_str(&self, pattern: &str, id: SubscriberId) -> Result<bool> {

@@ -51,6 +51,22 @@ pub(crate) fn check_pickle_format(state: &Bound<'_, PyAny>) -> PyResult<()> {
     }
 }
 
+/// Adds the plain pairs of one chunk of a bulk write at once (`Matcher::subscribe_each_str`:
+/// the `Trie` takes its lock once for many, a result cache counts one write), and tells
+/// whether each was new. The patterns were checked: one that failed would count its pair and
+/// those after it as not new, as a single write's error does.
+fn subscribe_each<'t>(
+    core: &impl Matcher,
+    pairs: impl Iterator<Item = (&'t str, SubscriberId)>,
+) -> Vec<bool> {
+    let pairs: Vec<(&str, SubscriberId)> = pairs.collect();
+    let mut added = Vec::with_capacity(pairs.len());
+    // An error leaves `added` short; the pairs it does not cover were not added.
+    let _ = core.subscribe_each_str(&pairs, &mut added);
+    added.resize(pairs.len(), false);
+    added
+}
+
 /// Bulk writes run in chunks of this many items, answering signals (Ctrl-C) between them.
 pub(crate) const CHUNK: usize = gil::HELD_ITEMS;
 
@@ -274,6 +290,12 @@ impl<M: Matcher + 'static> TopicIndex<M> {
             // `str` and `bytes` are immutable, so each pattern is as valid as it was checked:
             // no error comes back, and one would only count the pair as not new.
             Ok(gil::detach(py, || {
+                if groups[rows.clone()].iter().all(Option::is_none) {
+                    return subscribe_each(
+                        &**core,
+                        texts.iter().copied().zip(ids[rows].iter().copied()),
+                    );
+                }
                 texts
                     .iter()
                     .zip(&ids[rows.clone()])
@@ -385,15 +407,11 @@ impl<M: Matcher + 'static> TopicIndex<M> {
         let core = &self.core;
         self.add_pinned(py, &ids, |rows| {
             Ok(gil::detach(py, || {
-                texts[rows.clone()]
+                // Checked above, and Arrow arrays are immutable: no pattern is null or fails.
+                let texts = texts[rows.clone()]
                     .iter()
-                    .zip(&ids[rows])
-                    .map(|(text, &id)| {
-                        // Checked above, and Arrow arrays are immutable.
-                        let text = text.unwrap_or_default();
-                        matches!(core.subscribe_in(None, text, id), Ok(true))
-                    })
-                    .collect()
+                    .map(|text| text.unwrap_or_default());
+                subscribe_each(&**core, texts.zip(ids[rows].iter().copied()))
             }))
         })
     }
