@@ -159,8 +159,10 @@ fn route_strings<M: Matcher + ?Sized>(
 
 /// The child column of the answer's lists, filled a topic at a time.
 trait Answers {
-    /// Appends one topic's subscribers; the child's length after.
-    fn push(&mut self, ids: &[SubscriberId]) -> Result<usize, ArrowError>;
+    /// Appends one topic's subscribers; the child's length after. `done` topics are in with
+    /// this one, and `left` more will follow (for [`make_room`]).
+    fn push(&mut self, ids: &[SubscriberId], done: usize, left: usize)
+        -> Result<usize, ArrowError>;
     /// The child column and its field.
     fn finish(self) -> Result<(Arc<Field>, ArrayRef), ArrowError>;
 }
@@ -172,7 +174,13 @@ struct Values<F> {
 }
 
 impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Values<F> {
-    fn push(&mut self, ids: &[SubscriberId]) -> Result<usize, ArrowError> {
+    fn push(
+        &mut self,
+        ids: &[SubscriberId],
+        done: usize,
+        left: usize,
+    ) -> Result<usize, ArrowError> {
+        make_room(&mut self.values, ids.len(), done, left);
         (self.map)(ids, &mut self.values);
         Ok(self.values.len())
     }
@@ -254,13 +262,18 @@ impl<F> Named<'_, F> {
 }
 
 impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
-    fn push(&mut self, ids: &[SubscriberId]) -> Result<usize, ArrowError> {
+    fn push(
+        &mut self,
+        ids: &[SubscriberId],
+        done: usize,
+        left: usize,
+    ) -> Result<usize, ArrowError> {
         self.rows.clear();
         (self.map)(ids, &mut self.rows);
         let (bytes, ends) = (&mut self.bytes, &mut self.offsets);
         let copied = match self.names {
-            Names::Utf8(offsets, data) => copy_rows(offsets, data, &self.rows, bytes, ends),
-            Names::Large(offsets, data) => copy_rows(offsets, data, &self.rows, bytes, ends),
+            Names::Utf8(o, data) => copy_rows(o, data, &self.rows, bytes, ends, (done, left)),
+            Names::Large(o, data) => copy_rows(o, data, &self.rows, bytes, ends, (done, left)),
             Names::Other(a) => self.rows.iter().try_for_each(|&row| {
                 let name = usize::try_from(row).ok().and_then(|r| string_at(a, r));
                 bytes.extend_from_slice(name.ok_or(row)?);
@@ -300,23 +313,65 @@ impl<F: FnMut(&[SubscriberId], &mut Vec<i64>)> Answers for Named<'_, F> {
     }
 }
 
+/// How many bytes [`copy_rows`] copies at once for a name no longer than that: one fixed-size
+/// copy, done in line, where a copy of the name's own length is a call to `memcpy` (most of a
+/// batch's copying was those calls, a name being a dozen bytes).
+const WIDE: usize = 32;
+
 /// Appends the text of each of `rows` of a names column with offsets (and no null) to
 /// `bytes`, and after each its end to `ends`; `Err` with the first row the column does not
-/// have. The loop a batch runs once per delivery, with no other branch.
+/// have. The loop a batch runs once per delivery: the rows are checked and their text
+/// measured first, so that the copies write into room reserved once (`(done, left)`, the
+/// topics in and to come, for [`make_room`]), with [`WIDE`] bytes to spare for the last
+/// name's wide copy.
 fn copy_rows<O: arrow_array::OffsetSizeTrait>(
     offsets: &[O],
     data: &[u8],
     rows: &[i64],
     bytes: &mut Vec<u8>,
     ends: &mut Vec<i32>,
+    (done, left): (usize, usize),
 ) -> Result<(), i64> {
     let n = offsets.len() - 1;
+    let mut total = 0;
     for &row in rows {
         let r = usize::try_from(row).ok().filter(|&r| r < n).ok_or(row)?;
-        bytes.extend_from_slice(&data[offsets[r].as_usize()..offsets[r + 1].as_usize()]);
-        ends.push(bytes.len() as i32);
+        let start = offsets[r].as_usize();
+        // The names' text, read at random, is on its way while the rest are measured.
+        crate::cstrie::prefetch(data.as_ptr().wrapping_add(start));
+        total += offsets[r + 1].as_usize() - start;
+    }
+    make_room(bytes, total + WIDE, done, left);
+    make_room(ends, rows.len(), done, left);
+    for &row in rows {
+        let r = row as usize; // checked above
+        let (start, end) = (offsets[r].as_usize(), offsets[r + 1].as_usize());
+        let len = bytes.len() + (end - start);
+        match data.get(start..start + WIDE) {
+            // The name and what follows it: the bytes past the name are cut off again.
+            Some(wide) if end - start <= WIDE => {
+                bytes.extend_from_slice(wide);
+                bytes.truncate(len);
+            }
+            _ => bytes.extend_from_slice(&data[start..end]),
+        }
+        ends.push(len as i32);
     }
     Ok(())
+}
+
+/// Makes room in `v`, a column a batch fills a topic at a time, for `needed` more items: `done`
+/// topics are in with the one they are for, and `left` more will follow. When it must grow,
+/// `v` grows to what the topics so far project for the whole batch (at most eight times its
+/// size then), not to twice its size: a batch's names column is megabytes, and the allocator
+/// grows a block that large by copying it, which doubling did a dozen times a batch.
+fn make_room<T>(v: &mut Vec<T>, needed: usize, done: usize, left: usize) {
+    if v.capacity() - v.len() >= needed {
+        return;
+    }
+    let now = v.len() + needed;
+    let projected = now / done.max(1) * left;
+    v.reserve(needed + (projected + projected / 8).min(8 * now));
 }
 
 /// The loop of [`lookup_arrow`]: every topic looked up, its answer pushed to `answers`.
@@ -356,7 +411,7 @@ fn route<'a, M: Matcher + ?Sized>(
         };
         match outcome {
             Ok(()) => {
-                end = answers.push(&ids)?;
+                end = answers.push(&ids, row + 1, n - row - 1)?;
                 valid.append_non_null();
             }
             Err(reason) => {

@@ -149,9 +149,16 @@ fn the_slice_mapping_sees_each_routed_topic_once_with_its_ids() {
 }
 
 /// Each id's name in `lookup_arrow_named`'s tests (ids are 0..6, names rows 0..8), with
-/// bytes past ASCII so that a copy cut anywhere but at a value's ends would show.
+/// bytes past ASCII so that a copy cut anywhere but at a value's ends would show: one empty,
+/// the others from 13 to 97 bytes, on both sides of the 32 that a name is copied in one go.
 fn name_of(row: i64) -> String {
-    format!("subscriber-{row}-\u{e9}\u{2713}")
+    if row == 3 {
+        return String::new();
+    }
+    format!(
+        "subscriber-{row}-{}",
+        "\u{e9}\u{2713}x".repeat(row.max(0) as usize * 2)
+    )
 }
 
 #[test]
