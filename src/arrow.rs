@@ -370,8 +370,8 @@ fn make_room<T>(v: &mut Vec<T>, needed: usize, done: usize, left: usize) {
         return;
     }
     let now = v.len() + needed;
-    let projected = now / done.max(1) * left;
-    v.reserve(needed + (projected + projected / 8).min(8 * now));
+    let projected = (now / done.max(1)).saturating_mul(left);
+    v.reserve(needed + projected.saturating_add(projected / 8).min(8 * now));
 }
 
 /// The loop of [`lookup_arrow`]: every topic looked up, its answer pushed to `answers`.
