@@ -523,10 +523,7 @@ impl<M: Matcher> Matcher for Grouped<M> {
             .iter()
             .any(|&(p, _)| shared_parts(dialect, p).is_some())
         {
-            for &(pattern, id) in pairs {
-                added.push(self.subscribe_str(pattern, id)?);
-            }
-            return Ok(());
+            return crate::matcher::subscribe_one_by_one(self, pairs, added);
         }
         for &(_, id) in pairs {
             check_subscriber(id);

@@ -36,6 +36,19 @@ impl AnswerStamp {
     }
 }
 
+/// [`Matcher::subscribe_each_str`] a pair at a time through `subscribe_str`: the default, and
+/// what a matcher with a faster load falls back to where that one does not apply.
+pub(crate) fn subscribe_one_by_one<M: Matcher + ?Sized>(
+    m: &M,
+    pairs: &[(&str, SubscriberId)],
+    added: &mut Vec<bool>,
+) -> Result<()> {
+    for &(pattern, id) in pairs {
+        added.push(m.subscribe_str(pattern, id)?);
+    }
+    Ok(())
+}
+
 /// Asked by [`Matcher::lookup_str_stamped`] whether the caller already holds what it made of
 /// a stored answer.
 pub type Known<'a> = &'a mut dyn FnMut(AnswerStamp, &[SubscriberId]) -> bool;
@@ -155,10 +168,7 @@ pub trait Matcher: Send + Sync {
         pairs: &[(&str, SubscriberId)],
         added: &mut Vec<bool>,
     ) -> Result<()> {
-        for &(pattern, id) in pairs {
-            added.push(self.subscribe_str(pattern, id)?);
-        }
-        Ok(())
+        subscribe_one_by_one(self, pairs, added)
     }
 
     /// Parses `pattern` and unsubscribes `id` from it.

@@ -1058,10 +1058,7 @@ impl<M: Matcher> Matcher for Cached<M> {
         added: &mut Vec<bool>,
     ) -> Result<()> {
         if pairs.len() < BULK_PAIRS {
-            for &(pattern, id) in pairs {
-                added.push(self.subscribe_str(pattern, id)?);
-            }
-            return Ok(());
+            return crate::matcher::subscribe_one_by_one(self, pairs, added);
         }
         self.write(shards::EVERY_TOPIC, Summary::ANY, |m| {
             m.subscribe_each_str(pairs, added)
