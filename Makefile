@@ -102,6 +102,8 @@ test: build test-rust test-loom test-python test-fuzz test-dist
 test-rust:
 	cargo test --profile test-release --lib --bins --tests --examples --features arrow
 	cargo test --profile test-release --doc --features arrow
+	# The binding's own unit tests (its tables with no Python object in them).
+	cargo test --profile test-release --lib --features python python::
 
 test-loom:
 	@if grep -rqs 'cfg(all(test, loom))' src; then \

@@ -5,7 +5,8 @@
 //! itself one of the three and sits in a side map. A lookup reads one word per subscriber and
 //! compares it once; a two-word enum per id doubled the table's cache lines, which a batch of
 //! 31 subscribers a topic reads at random. Tested from Python
-//! (`tests/python/test_arrow.py`: the int64 edges, released and reused ids).
+//! (`tests/python/test_arrow.py`: the int64 edges, released and reused ids, ids that are
+//! their own values).
 
 use std::collections::HashMap;
 
@@ -35,6 +36,8 @@ pub(crate) struct IntTable {
     words: Vec<i64>,
     /// The ids whose subscriber is an int equal to a marker, with that int.
     markers: HashMap<SubscriberId, i64>,
+    /// Every id below this one has its own number as its subscriber ([`IntTable::same_below`]).
+    same: usize,
 }
 
 impl IntTable {
@@ -55,6 +58,21 @@ impl IntTable {
             IntValue::NotInt => NOT_INT,
             IntValue::Released => RELEASED,
         };
+        if value == IntValue::Int(i64::from(id)) {
+            while self.words.get(self.same) == Some(&(self.same as i64)) {
+                self.same += 1;
+            }
+        } else {
+            self.same = self.same.min(at);
+        }
+    }
+
+    /// How many ids, from 0, have their own number as their subscriber: below it an id is
+    /// its value, with nothing to read. That is the common case of int subscribers numbered
+    /// in the order they first subscribe (the dictionary indices of a Spark job's names, rows
+    /// of `lookup_arrow`'s `names`), where reading each id's word was a sixth of a batch.
+    pub(crate) fn same_below(&self) -> usize {
+        self.same
     }
 
     pub(crate) fn get(&self, id: SubscriberId) -> IntValue {
@@ -88,5 +106,40 @@ impl IntTable {
             }
         }
         not_int
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_below_same_below_are_their_own_values() {
+        let mut t = IntTable::default();
+        assert_eq!(t.same_below(), 0);
+        // Set out of order: the run grows once its gap is filled.
+        t.set(1, IntValue::Int(1));
+        assert_eq!(t.same_below(), 0);
+        t.set(0, IntValue::Int(0));
+        t.set(2, IntValue::Int(2));
+        assert_eq!(t.same_below(), 3);
+        // Any other value, a release included, ends the run at that id.
+        t.set(3, IntValue::Int(30));
+        assert_eq!(t.same_below(), 3);
+        t.set(1, IntValue::Released);
+        assert_eq!(t.same_below(), 1);
+        t.set(1, IntValue::NotInt);
+        assert_eq!(t.same_below(), 1);
+        // Id 1 back to its own number: the run reaches the next id that is not.
+        t.set(1, IntValue::Int(1));
+        assert_eq!(t.same_below(), 3);
+        t.set(3, IntValue::Int(3));
+        assert_eq!(t.same_below(), 4);
+        t.set(0, IntValue::Int(-1));
+        assert_eq!(t.same_below(), 0);
+        for id in 0..4 {
+            let want = if id == 0 { -1 } else { i64::from(id) };
+            assert_eq!(t.get(id), IntValue::Int(want));
+        }
     }
 }

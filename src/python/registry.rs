@@ -108,6 +108,10 @@ pub(crate) struct Registry {
     /// Beside `objects`, each live id's subscriber as an `i64` when it is an int that fits,
     /// read without the GIL by `lookup_arrow`. Same guard rule as `objects`.
     ints: RwLock<IntTable>,
+    /// `ints`' [`IntTable::same_below`], stored under its write lock after each change, so
+    /// that `int_values` can map ids below it without taking the lock. Lowered before a
+    /// reused id reaches the core: a lookup that finds the id reads it lowered.
+    ints_same: AtomicUsize,
     /// How many ids have been released: an id's object changes only through a release, so
     /// while this stands still every live id keeps its object (what [`Answers`] relies on).
     releases: AtomicU64,
@@ -186,6 +190,7 @@ impl Registry {
             slots: Mutex::default(),
             objects: RwLock::default(),
             ints: RwLock::default(),
+            ints_same: AtomicUsize::new(0),
             releases: AtomicU64::new(0),
             answers: Answers::default(),
             free: Arc::default(),
@@ -297,10 +302,7 @@ impl Registry {
             Ok(int) => int.extract().map_or(IntValue::NotInt, IntValue::Int),
             Err(_) => IntValue::NotInt,
         };
-        self.ints
-            .write_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner)
-            .set(id, value);
+        self.set_int(py, id, value);
         Ok(id)
     }
 
@@ -395,10 +397,7 @@ impl Registry {
             // Already released: the id must reach the free list once only.
             return;
         };
-        self.ints
-            .write_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner)
-            .set(id, IntValue::Released);
+        self.set_int(py, id, IntValue::Released);
         // After the object is gone from the table: a reader that saw the old count and then
         // reads the table either finds the object gone or stamps a tuple with a stale count.
         self.releases.fetch_add(1, Release);
@@ -607,7 +606,8 @@ impl Registry {
     }
 
     /// Appends the subscribers of `ids` as `i64`s to `values`, read without the GIL under one
-    /// read lock (one a subscriber was most of a cached `lookup_arrow` batch). Released ids are
+    /// read lock (one a subscriber was most of a cached `lookup_arrow` batch), or with no lock
+    /// and no read when every id is below the ids that are their own value. Released ids are
     /// left out; the first id whose subscriber is not an int that fits is returned, and the
     /// rest still appended. Same guard rule as `objects`.
     pub(crate) fn int_values(
@@ -615,10 +615,28 @@ impl Registry {
         ids: &[SubscriberId],
         values: &mut Vec<i64>,
     ) -> Option<SubscriberId> {
+        // Acquire: pairs with `set_int`'s store, which a write makes before its id reaches
+        // the core, where the lookup that gave `ids` found it.
+        let same = self.ints_same.load(Acquire);
+        if ids.iter().all(|&id| (id as usize) < same) {
+            values.extend(ids.iter().map(|&id| i64::from(id)));
+            return None;
+        }
         self.ints
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(ids, values)
+    }
+
+    /// Sets `id`'s int value, and publishes how many ids are their own value.
+    fn set_int(&self, py: Python<'_>, id: SubscriberId, value: IntValue) {
+        let mut ints = self
+            .ints
+            .write_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        ints.set(id, value);
+        // Under the lock, so that stores of it are in the order of the changes.
+        self.ints_same.store(ints.same_below(), Release);
     }
 
     /// The object of one id, or `None` if it was released. Same guard rule as `objects`.
