@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cache-size",
         type=int,
         default=None,
-        help="the matcher's result cache, in topics (default 262144 for Trie and CSTrie)",
+        help="the matcher's result cache, in topics (default 524288 for Trie and CSTrie)",
     )
     route.add_argument(
         "--driver-memory",

@@ -141,12 +141,13 @@ def is_connect(spark: Any) -> bool:
 
 #: The result cache of the workers' matcher when :func:`route` picks it: a batch job's
 #: messages repeat topics across its batches, and a cache larger than the distinct topics a
-#: worker sees serves most of them. Its sets hold four entries: at 100,000 topics a worker,
-#: 131,072 entries left a fifth of the sets too full, and a pass over half the bench's
-#: messages evicted 97,000 entries to 14,000 at 262,144. 262,144 entries are at most 64 MiB
-#: of answers a worker (the cache's budget of 256 bytes an entry; 21 MB at those 100,000
-#: topics), made only for topics seen twice, and a 4 MiB table.
-ROUTE_CACHE_SIZE = 262_144
+#: worker sees serves most of them. Its sets hold four entries, so a set that five topics
+#: fall in keeps evicting one of them: at 100,000 topics a worker, a pass over half the
+#: bench's messages evicted 97,000 entries at 131,072, about 6,000 at 262,144 (and 8,000 more
+#: in each later pass, a sixth of a warm pass's time), 600 at 524,288 (800 a later pass).
+#: 524,288 entries are at most 128 MiB of answers a worker (the cache's budget of 256 bytes an
+#: entry; 24 MB at those 100,000 topics), made only for topics seen twice, and an 8 MiB table.
+ROUTE_CACHE_SIZE = 524_288
 
 
 def _matcher_options(cls: type, cache_size: int | None) -> dict[str, int]:
