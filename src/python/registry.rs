@@ -17,6 +17,12 @@
 //!    Snapshots taken after the release cannot hold it, so a program that always keeps some
 //!    snapshot alive (taking the next before dropping the last) still gets its ids back.
 //!
+//! `lookup_arrow` maps an id below [`IntTable::same_below`] to its own number without reading
+//! the table; rule 1 is what makes that sound. A pinned lookup may map an id released after it
+//! read it, which orders the lookup before the release, as a reader of the table before the
+//! release's write would; the id cannot have been reused with another value while it is
+//! pinned, and a reuse lowers the published run before the id reaches the core.
+//!
 //! Locks: `slots` is taken with `lock_py_attached`, which detaches from the interpreter while it
 //! waits, because the `dict` calls made under it can run Python code (`__hash__`, `__eq__`).
 //! `objects` is read while lists are made from it, and an allocation can start a collection
