@@ -41,18 +41,6 @@ pub(crate) fn word_at(chunk: &[u8]) -> u64 {
     u64::from_le_bytes(chunk.try_into().expect("eight bytes"))
 }
 
-/// The last bytes of a key past its whole words (`tail`, at most seven), as one word: the last
-/// eight bytes of `key` when it has them (overlapping the word before), else the tail's bytes
-/// gathered one by one. Either way no call to `memcpy`.
-#[inline]
-pub(crate) fn tail_word(key: &[u8], tail: &[u8]) -> u64 {
-    if key.len() >= 8 {
-        word_at(&key[key.len() - 8..])
-    } else {
-        tail.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b))
-    }
-}
-
 /// A byte of value 1 in each of a word's eight bytes: times `b`, the word of eight `b`s.
 const ONES: u64 = 0x0101_0101_0101_0101;
 /// The high bit of each byte.
@@ -112,20 +100,6 @@ mod tests {
                 assert!(!same(a, &b), "{n} {i}");
             }
         }
-    }
-
-    #[test]
-    fn tail_word_reads_the_tail() {
-        assert_eq!(
-            tail_word(b"abc", b"abc"),
-            u64::from_le_bytes(*b"abc\0\0\0\0\0")
-        );
-        assert_eq!(tail_word(b"", b""), 0);
-        // Nine bytes: the last eight, overlapping the first word.
-        assert_eq!(
-            tail_word(b"012345678", b"8"),
-            u64::from_le_bytes(*b"12345678")
-        );
     }
 
     #[test]

@@ -432,7 +432,7 @@ def _per_delivered(
     same objects, in interleaved rounds (best of each, and the worst beside it)."""
     objs = tuple(impls[0][1].lookup(hot))
     for m in (m for _, m in impls):
-        for _ in range(4):  # a cache admits a topic on its second miss; an answer is kept
+        for _ in range(4):  # a full cache set admits a topic on its second miss; an answer is kept
             m.lookup(hot)  # on its second conversion
     copy: list[float] = []
     per: dict[str, list[float]] = {name: [] for name, _ in impls}

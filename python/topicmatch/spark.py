@@ -146,7 +146,7 @@ def is_connect(spark: Any) -> bool:
 #: bench's messages evicted 97,000 entries at 131,072, about 6,000 at 262,144 (and 8,000 more
 #: in each later pass, a sixth of a warm pass's time), 600 at 524,288 (800 a later pass).
 #: 524,288 entries are at most 128 MiB of answers a worker (the cache's budget of 256 bytes an
-#: entry; 24 MB at those 100,000 topics), made only for topics seen twice, and an 8 MiB table.
+#: entry; 24 MB at those 100,000 topics), and an 8 MiB table.
 ROUTE_CACHE_SIZE = 524_288
 
 
