@@ -10,7 +10,8 @@
 //!    The rule and its proof are in the comment of `Cached::write`.
 //! 2. **A hit takes no lock and allocates nothing but the returned list.** The table is a fixed
 //!    array of sets of [`WAYS`] slots, each a `crossbeam_epoch::Atomic<Entry>`, a set's slots
-//!    and its topic hashes on one cache line: a hit pins, finds its hash, loads that
+//!    and its topic hashes on one cache line, and a topic whose set is full goes to the set's
+//!    buddy, the other line of their 128-byte pair: a hit pins, finds its hash, loads that
 //!    entry, compares and copies the ids out (or hands the entry's stamp to a caller that
 //!    kept what it made of them: `Matcher::lookup_str_stamped`); a miss that stores an entry swaps it in with one
 //!    CAS and retires the old one with `defer_destroy`. Entries are immutable once published,
@@ -55,8 +56,9 @@
 //! churns `+/+/temp` those of `a/b/c/d`. (NATS patches the matching entries on each insert
 //! instead, at the cost of a pass over the cache per write.)
 //!
-//! The topic hash is FxHash-style multiply mixing (fast, not collision resistant): crafted
-//! topics that share a set only lower the hit rate, since a hit compares the whole topic.
+//! The topic hash is foldhash's quality hash with a fixed seed (fast, not collision
+//! resistant): crafted topics that share a set only lower the hit rate, since a hit compares
+//! the whole topic.
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
@@ -285,10 +287,42 @@ struct Table {
 /// The tags are hints only: a hit still compares the entry's hash and topic, and a tag out
 /// of date (a store racing another) only sends a hit down the miss path, which reads every
 /// entry; [`Cache::publish`] leaves each tag its entry's.
+///
+/// A slot, once it holds an entry, always holds one (entries are replaced, never taken out,
+/// until the table is dropped), and a topic goes to its set's buddy only when its own set has
+/// no free slot: so a topic whose own set is not full is not in the buddy either.
 #[repr(C, align(64))]
 struct Set {
     tags: [AtomicU64; WAYS],
     slots: [Atomic<Entry>; WAYS],
+}
+
+impl Set {
+    /// Whether every slot holds an entry (a hint: slots change under it).
+    fn is_full(&self, guard: &Guard) -> bool {
+        self.slots
+            .iter()
+            .all(|slot| !slot.load(Relaxed, guard).is_null())
+    }
+}
+
+/// The entry of `set` for the topic `key` of hash `h`, read under `guard`.
+#[inline(always)]
+fn find<'g>(set: &Set, h: u64, key: &[u8], guard: &'g Guard) -> Option<&'g Entry> {
+    for (slot, tag) in set.slots.iter().zip(&set.tags) {
+        if tag.load(Relaxed) != h {
+            continue;
+        }
+        // SAFETY: loaded under `guard`; an entry is freed only once every guard pinned when
+        // it was unlinked has been let go (see `Cache::lookup_into`).
+        let Some(e) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
+            continue;
+        };
+        if e.hash == h && crate::bytes::same(e.topic.as_bytes(), key) {
+            return Some(e);
+        }
+    }
+    None
 }
 
 impl Default for Set {
@@ -726,8 +760,15 @@ impl Cache {
                 self.mode.store(OFF, Relaxed);
             }
         } else if mode == ON {
-            self.strikes.store(0, Relaxed);
-            self.thrashed.store(0, Relaxed);
+            // Stored only when they change: the line holds what every hit reads first (the
+            // mode, the table), and a store, even of the value there, takes it from the other
+            // cores' caches once a window per thread.
+            if self.strikes.load(Relaxed) != 0 {
+                self.strikes.store(0, Relaxed);
+            }
+            if self.thrashed.load(Relaxed) != 0 {
+                self.thrashed.store(0, Relaxed);
+            }
         } else if percent >= off_below * (ON_FROM_PERCENT / OFF_BELOW_PERCENT) && paid {
             self.reenabled.fetch_add(1, Relaxed);
             let topics = u32::try_from(self.topics.load(Relaxed)).unwrap_or(u32::MAX);
@@ -759,22 +800,25 @@ impl Cache {
         let key = text.as_bytes();
         let h = hash(key);
         let guard = &epoch::pin();
-        let table = self.table();
-        let set = self.set_of(table, h);
-        for (slot, tag) in set.slots.iter().zip(&set.tags) {
-            if tag.load(Relaxed) != h {
-                continue;
+        let found = self.probe(self.table(), h, key, guard)?;
+        let print = || dialect.parse_topic(text).ok().map(|t| TopicPrint::of(&t));
+        self.serve(stripe, found, &print, out, known)
+            .then_some(found.stamp)
+    }
+
+    /// The entry stored for the topic `key` of hash `h`, if its tag says where: in the topic's
+    /// set, or in the set's buddy when the set is full (a set with a free slot took the topic
+    /// itself: see [`Set`]).
+    #[inline(always)]
+    fn probe<'g>(&self, table: &Table, h: u64, key: &[u8], guard: &'g Guard) -> Option<&'g Entry> {
+        let i = self.set_index(h);
+        let own = &table.sets[i];
+        match find(own, h, key, guard) {
+            None if table.sets.len() > 1 && own.is_full(guard) => {
+                find(&table.sets[i ^ 1], h, key, guard)
             }
-            // SAFETY: as in `lookup_into`: loaded under `guard`, freed only after it unpins.
-            let Some(e) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
-                continue;
-            };
-            if e.hash == h && crate::bytes::same(e.topic.as_bytes(), key) {
-                let print = || dialect.parse_topic(text).ok().map(|t| TopicPrint::of(&t));
-                return self.serve(stripe, e, &print, out, known).then_some(e.stamp);
-            }
+            found => found,
         }
-        None
     }
 
     /// Whether the stored answers are past [`PREFETCH_FROM_BYTES`].
@@ -790,15 +834,15 @@ impl Cache {
             return;
         }
         let h = hash(text.as_bytes());
-        let set = self.set_of(self.table(), h);
+        let table = self.table();
         if step == 0 {
-            crate::cstrie::prefetch(set);
+            // The buddy shares the set's 128-byte pair, which the processor fetches together.
+            crate::cstrie::prefetch(&table.sets[self.set_index(h)]);
             return;
         }
-        let Some((slot, _)) = set
-            .slots
-            .iter()
-            .zip(&set.tags)
+        let Some((slot, _)) = self
+            .sets_of(table, h)
+            .flat_map(|set| set.slots.iter().zip(&set.tags))
             .find(|(_, tag)| tag.load(Relaxed) == h)
         else {
             return;
@@ -823,9 +867,18 @@ impl Cache {
         (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1)
     }
 
-    /// The set `h` falls in.
-    fn set_of<'t>(&self, table: &'t Table, h: u64) -> &'t Set {
-        &table.sets[self.set_index(h)]
+    /// The sets an entry of `h` may be in: the one it falls in, then that set's buddy, the
+    /// other set of their 128-byte pair (none when the table is one set). A topic is stored
+    /// in its buddy only when its own set is full, so a hit nearly always finds it in the
+    /// first; the second turns a set that overflows into eight ways shared with its buddy.
+    /// With one set per topic, a set that five topics of a workload fell in evicted one of
+    /// them on every pass, each time a walk of the matcher behind (1,976 of 2,000 `mixed`
+    /// topics kept and 0.5 % of lookups missing, in 4,096 sets: BENCHMARKS.md, "A set's
+    /// buddy").
+    fn sets_of<'t>(&self, table: &'t Table, h: u64) -> impl Iterator<Item = &'t Set> {
+        let i = self.set_index(h);
+        let buddy = (table.sets.len() > 1).then(|| &table.sets[i ^ 1]);
+        std::iter::once(&table.sets[i]).chain(buddy)
     }
 
     /// Serves `e`, the entry of `topic`, if every write on its shards since it was last known
@@ -862,27 +915,59 @@ impl Cache {
         let h = hash(key);
         if !self.admits(stripe, h) {
             // One counter on this path: `misses` adds the bypassed in `cache_stats`.
-            stripe.bypassed.fetch_add(1, Relaxed);
+            let n = stripe.bypassed.fetch_add(1, Relaxed);
             // While off for too few repeats, the doorkeeper still sees every topic, so that
             // the sampled lookups find a workload's repeats from its second pass on, however
             // long its cycle. (Off by the store rule, repeats are not what is missing.)
             if self.thrashed.load(Relaxed) == 0 {
                 self.seen_before(&self.table().door, h);
             }
-            let n = stripe.bypassed.load(Relaxed);
             self.timed(n, || inner.lookup_into(topic, out));
             return;
         }
-        let table = self.table();
-        let set = self.set_of(table, h);
-        let slots = &set.slots;
         let guard = &epoch::pin();
+        // A hit as `hit` finds it; past it, the entries of both sets are read one by one.
+        let probed = self.probe(self.table(), h, key, guard);
+        if let Some(e) = probed {
+            let print = || Some(TopicPrint::of(topic));
+            if self.serve(stripe, e, &print, out, &mut |_, _| false) {
+                return;
+            }
+        }
+        self.miss(inner, topic, (h, probed), out, guard);
+    }
+
+    /// The rest of [`Cache::lookup_into`] when the probe found no live entry: out of line, so
+    /// that a hit's frame stays small. `probed` is the entry the probe found, if any (stale).
+    #[inline(never)]
+    fn miss<M: Matcher>(
+        &self,
+        inner: &M,
+        topic: &Topic<'_>,
+        (h, probed): (u64, Option<&Entry>),
+        out: &mut Vec<SubscriberId>,
+        guard: &Guard,
+    ) {
+        let stripe = &self.stripes[stripe_index()];
+        let key = topic.text().as_bytes();
+        let table = self.table();
+        let print = || Some(TopicPrint::of(topic));
         let shards = self.shards();
+        // Ways are numbered across the topic's set (0 to WAYS - 1) and its buddy's.
+        let i = self.set_index(h);
+        let sets = [
+            &table.sets[i],
+            &table.sets[i ^ usize::from(table.sets.len() > 1)],
+        ];
+        let slot_of = |way: usize| {
+            let set = sets[way / WAYS];
+            (&set.slots[way % WAYS], &set.tags[way % WAYS])
+        };
         let mut same = None;
         let mut free = None;
         let mut others = [None; WAYS];
-        for (way, slot) in slots.iter().enumerate() {
-            let p = slot.load(Acquire, guard);
+        for (way, other) in others.iter_mut().enumerate() {
+            let p = slot_of(way).0.load(Acquire, guard);
             // SAFETY: `p` was loaded under `guard`; an entry is retired (`defer_destroy`) only
             // after being swapped out of its slot, and freed only once every guard pinned
             // before that has gone, so it is alive while `guard` is.
@@ -891,13 +976,40 @@ impl Cache {
                 continue;
             };
             if e.hash == h && crate::bytes::same(e.topic.as_bytes(), key) {
-                let print = || Some(TopicPrint::of(topic));
-                if self.serve(stripe, e, &print, out, &mut |_, _| false) {
+                // Served above unless its tag was out of date.
+                let tried = probed.is_some_and(|t| std::ptr::eq(t, e));
+                if !tried && self.serve(stripe, e, &print, out, &mut |_, _| false) {
                     return;
                 }
                 same = Some((way, p));
             } else {
-                others[way] = Some((p, e));
+                *other = Some((p, e));
+            }
+        }
+        // The buddy, only past a full set (see `Set`): its free slot, or the topic's own entry
+        // (the one whose tag is the topic's hash; a tag out of date there costs a duplicate
+        // entry, never a wrong answer). Its other entries are not read: they are its own
+        // topics', and a miss that read them would wait on four more lines.
+        if free.is_none() && same.is_none() && !std::ptr::eq(sets[0], sets[1]) {
+            for way in WAYS..2 * WAYS {
+                let (slot, tag) = slot_of(way);
+                let p = slot.load(Acquire, guard);
+                // SAFETY: as above.
+                let Some(e) = (unsafe { p.as_ref() }) else {
+                    free.get_or_insert((way, p));
+                    continue;
+                };
+                if tag.load(Relaxed) == h
+                    && e.hash == h
+                    && crate::bytes::same(e.topic.as_bytes(), key)
+                {
+                    let tried = probed.is_some_and(|t| std::ptr::eq(t, e));
+                    if !tried && self.serve(stripe, e, &print, out, &mut |_, _| false) {
+                        return;
+                    }
+                    same = Some((way, p));
+                    break;
+                }
             }
         }
         let n = stripe.misses.fetch_add(1, Relaxed);
@@ -933,8 +1045,9 @@ impl Cache {
         let (way, old, evicting) = match same.or(free).or_else(stale) {
             Some((way, old)) => (way, old, false),
             None => {
+                // Both sets full of live entries: one of the topic's own set goes.
                 let way = Stripe::bump(&stripe.ticks) as usize % WAYS;
-                (way, slots[way].load(Acquire, guard), true)
+                (way, slot_of(way).0.load(Acquire, guard), true)
             }
         };
         // What the store rule charges: a stale entry's replacement (writes killed it before
@@ -966,8 +1079,7 @@ impl Cache {
         if charged {
             Stripe::bump(&stripe.window_stores);
         }
-        let tag = &set.tags[way];
-        self.publish((&slots[way], tag), old, entry, evicting, stripe, guard);
+        self.publish(slot_of(way), old, entry, evicting, stripe, guard);
     }
 
     /// Swaps `entry` into `slot` if it still holds `old`, sets the slot's tag, and retires
@@ -1439,6 +1551,55 @@ mod tests {
         }
         let s = m.cache_stats();
         assert_eq!((s.misses, s.evictions, s.topics, s.capacity), (5, 1, 4, 4));
+    }
+
+    /// `n` topics `a.<i>` whose own set is set 0 of a table of two.
+    fn topics_of_set_zero(n: usize) -> Vec<String> {
+        let m = trie(2 * WAYS);
+        let cache = m.cache.as_ref().unwrap();
+        (0..)
+            .map(|i| format!("a.{i}"))
+            .filter(|t| cache.set_index(hash(t.as_bytes())) == 0)
+            .take(n)
+            .collect()
+    }
+
+    #[test]
+    fn a_full_set_spills_into_its_buddy_before_it_evicts() {
+        // Two sets: five topics of set 0 live side by side, the fifth in set 1.
+        let m = trie(2 * WAYS);
+        let topics = topics_of_set_zero(2 * WAYS + 1);
+        for _ in 0..2 {
+            for t in &topics[..=WAYS] {
+                assert_eq!(sorted(m.lookup_str(t).unwrap()), [1, 2]);
+            }
+        }
+        let s = m.cache_stats();
+        let five = WAYS as u64 + 1;
+        assert_eq!((s.hits, s.misses, s.evictions), (five, five, 0), "{s:?}");
+        assert_eq!(s.topics, WAYS + 1);
+        // A write makes the spilled entry stale: its miss stores over it, wherever it is,
+        // and the next lookup hits the new answer (one entry per topic, none lost).
+        m.subscribe_str(&topics[WAYS], 3).unwrap();
+        assert_eq!(sorted(m.lookup_str(&topics[WAYS]).unwrap()), [1, 2, 3]);
+        assert_eq!(sorted(m.lookup_str(&topics[WAYS]).unwrap()), [1, 2, 3]);
+        let s = m.cache_stats();
+        assert_eq!(
+            (s.hits, s.topics, s.evictions),
+            (five + 1, WAYS + 1, 0),
+            "{s:?}"
+        );
+        // Both sets full: the ninth topic evicts, and the table holds its eight.
+        for t in &topics {
+            m.lookup_str(t).unwrap();
+        }
+        let s = m.cache_stats();
+        assert_eq!(
+            (s.evictions, s.topics, s.capacity),
+            (1, 2 * WAYS, 2 * WAYS),
+            "{s:?}"
+        );
+        assert_eq!(s.bytes, bytes_held(&m));
     }
 
     #[test]
