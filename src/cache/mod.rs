@@ -197,6 +197,11 @@ struct Entry {
 }
 
 impl Entry {
+    /// Whether this is the entry of the topic `key`, whose hash is `h`.
+    fn is_for(&self, h: u64, key: &[u8]) -> bool {
+        self.hash == h && crate::bytes::same(self.topic.as_bytes(), key)
+    }
+
     /// Whether no shard of its topic has moved since the result was last known true.
     fn current(&self, shards: &Shards) -> bool {
         self.seen
@@ -318,7 +323,7 @@ fn find<'g>(set: &Set, h: u64, key: &[u8], guard: &'g Guard) -> Option<&'g Entry
         let Some(e) = (unsafe { slot.load(Acquire, guard).as_ref() }) else {
             continue;
         };
-        if e.hash == h && crate::bytes::same(e.topic.as_bytes(), key) {
+        if e.is_for(h, key) {
             return Some(e);
         }
     }
@@ -811,13 +816,10 @@ impl Cache {
     /// itself: see [`Set`]).
     #[inline(always)]
     fn probe<'g>(&self, table: &Table, h: u64, key: &[u8], guard: &'g Guard) -> Option<&'g Entry> {
-        let i = self.set_index(h);
-        let own = &table.sets[i];
-        match find(own, h, key, guard) {
-            None if table.sets.len() > 1 && own.is_full(guard) => {
-                find(&table.sets[i ^ 1], h, key, guard)
-            }
-            found => found,
+        let (own, buddy) = self.pair_of(table, h);
+        match (find(own, h, key, guard), buddy) {
+            (None, Some(buddy)) if own.is_full(guard) => find(buddy, h, key, guard),
+            (found, _) => found,
         }
     }
 
@@ -840,8 +842,9 @@ impl Cache {
             crate::cstrie::prefetch(&table.sets[self.set_index(h)]);
             return;
         }
-        let Some((slot, _)) = self
-            .sets_of(table, h)
+        let (own, buddy) = self.pair_of(table, h);
+        let Some((slot, _)) = std::iter::once(own)
+            .chain(buddy)
             .flat_map(|set| set.slots.iter().zip(&set.tags))
             .find(|(_, tag)| tag.load(Relaxed) == h)
         else {
@@ -867,7 +870,7 @@ impl Cache {
         (h >> (64 - self.set_bits.max(1))) as usize & ((1 << self.set_bits) - 1)
     }
 
-    /// The sets an entry of `h` may be in: the one it falls in, then that set's buddy, the
+    /// The sets an entry of `h` may be in: the one it falls in, and that set's buddy, the
     /// other set of their 128-byte pair (none when the table is one set). A topic is stored
     /// in its buddy only when its own set is full, so a hit nearly always finds it in the
     /// first; the second turns a set that overflows into eight ways shared with its buddy.
@@ -875,10 +878,10 @@ impl Cache {
     /// them on every pass, each time a walk of the matcher behind (1,976 of 2,000 `mixed`
     /// topics kept and 0.5 % of lookups missing, in 4,096 sets: BENCHMARKS.md, "A set's
     /// buddy").
-    fn sets_of<'t>(&self, table: &'t Table, h: u64) -> impl Iterator<Item = &'t Set> {
+    fn pair_of<'t>(&self, table: &'t Table, h: u64) -> (&'t Set, Option<&'t Set>) {
         let i = self.set_index(h);
         let buddy = (table.sets.len() > 1).then(|| &table.sets[i ^ 1]);
-        std::iter::once(&table.sets[i]).chain(buddy)
+        (&table.sets[i], buddy)
     }
 
     /// Serves `e`, the entry of `topic`, if every write on its shards since it was last known
@@ -934,7 +937,7 @@ impl Cache {
                 return;
             }
         }
-        self.miss(inner, topic, (h, probed), out, guard);
+        self.miss(inner, topic, stripe, (h, probed), out, guard);
     }
 
     /// The rest of [`Cache::lookup_into`] when the probe found no live entry: out of line, so
@@ -944,21 +947,18 @@ impl Cache {
         &self,
         inner: &M,
         topic: &Topic<'_>,
+        stripe: &Stripe,
         (h, probed): (u64, Option<&Entry>),
         out: &mut Vec<SubscriberId>,
         guard: &Guard,
     ) {
-        let stripe = &self.stripes[stripe_index()];
         let key = topic.text().as_bytes();
         let table = self.table();
         let print = || Some(TopicPrint::of(topic));
         let shards = self.shards();
         // Ways are numbered across the topic's set (0 to WAYS - 1) and its buddy's.
-        let i = self.set_index(h);
-        let sets = [
-            &table.sets[i],
-            &table.sets[i ^ usize::from(table.sets.len() > 1)],
-        ];
+        let (own, buddy) = self.pair_of(table, h);
+        let sets = [own, buddy.unwrap_or(own)];
         let slot_of = |way: usize| {
             let set = sets[way / WAYS];
             (&set.slots[way % WAYS], &set.tags[way % WAYS])
@@ -975,7 +975,7 @@ impl Cache {
                 free.get_or_insert((way, p));
                 continue;
             };
-            if e.hash == h && crate::bytes::same(e.topic.as_bytes(), key) {
+            if e.is_for(h, key) {
                 // Served above unless its tag was out of date.
                 let tried = probed.is_some_and(|t| std::ptr::eq(t, e));
                 if !tried && self.serve(stripe, e, &print, out, &mut |_, _| false) {
@@ -990,7 +990,7 @@ impl Cache {
         // (the one whose tag is the topic's hash; a tag out of date there costs a duplicate
         // entry, never a wrong answer). Its other entries are not read: they are its own
         // topics', and a miss that read them would wait on four more lines.
-        if free.is_none() && same.is_none() && !std::ptr::eq(sets[0], sets[1]) {
+        if free.is_none() && same.is_none() && buddy.is_some() {
             for way in WAYS..2 * WAYS {
                 let (slot, tag) = slot_of(way);
                 let p = slot.load(Acquire, guard);
@@ -999,10 +999,7 @@ impl Cache {
                     free.get_or_insert((way, p));
                     continue;
                 };
-                if tag.load(Relaxed) == h
-                    && e.hash == h
-                    && crate::bytes::same(e.topic.as_bytes(), key)
-                {
+                if tag.load(Relaxed) == h && e.is_for(h, key) {
                     let tried = probed.is_some_and(|t| std::ptr::eq(t, e));
                     if !tried && self.serve(stripe, e, &print, out, &mut |_, _| false) {
                         return;
