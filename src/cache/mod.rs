@@ -31,9 +31,10 @@
 //!    or evicting a live one while the workload outgrows the table, the cache does not pay,
 //!    and admission turns it off: lookups go straight to the inner matcher (the doorkeeper
 //!    still marks their topics), except those of one topic in [`SAMPLE`] (a slice of the hash
-//!    space that moves on every [`SLICE_TURN`] lookups), which still probe and store, so that
-//!    a workload turning hot is noticed and the cache turns back on (from twice the bar,
-//!    [`ON_FROM_PERCENT`] for a small trie, judged every [`SAMPLED_WINDOW`] sampled lookups).
+//!    space that moves on after a few passes over the topics held), which still probe and
+//!    store, so that a workload turning hot is noticed and the cache turns back on (from twice
+//!    the bar, [`ON_FROM_PERCENT`] for a small trie, judged every [`SAMPLED_WINDOW`] sampled
+//!    lookups).
 //!
 //!    Long cycles: a workload that cycles through more topics than a window holds (10,000
 //!    topics in turn) looks cold in its first pass. Its second pass shows it repeating, to the
@@ -175,8 +176,19 @@ fn off_below_percent(inner_ns: u32) -> u32 {
 pub const SAMPLE: u32 = 64;
 
 /// Lookups of a thread after which the slice of topics it samples moves on (see
-/// `Cache::admits`).
+/// `Cache::admits`), at the least: the slice stays for [`SLICE_VISITS`] lookups per topic
+/// the table holds, up to [`MAX_SLICE_TURN`].
 pub const SLICE_TURN: u32 = 512;
+
+/// How many times a sampled topic of a workload that cycles through the topics the table
+/// holds comes back while its slice is sampled: a first lookup that stores (its entry went
+/// stale while off) and three that may hit, enough to pass the store rule (two hits per
+/// store) when the entries live.
+pub const SLICE_VISITS: u32 = 4;
+
+/// The longest a slice stays sampled, in lookups of a thread: a workload of a few hot topics
+/// after a cold one (a table full of cold entries) is found within 64 such turns.
+pub const MAX_SLICE_TURN: u32 = 8192;
 
 /// Doorkeeper bits per slot: with eight, a table's worth of distinct topics sets about an
 /// eighth of the bits, so a topic seen once is rarely taken for one seen twice.
@@ -260,6 +272,9 @@ struct Stripe {
     grace_of: AtomicU32,
     /// Lookups while off (for sampling) and a turn counter for picking victims.
     ticks: AtomicU32,
+    /// The slice of topics this thread samples while off, and the tick at which it moves on.
+    slice: AtomicU32,
+    slice_ends: AtomicU32,
 }
 
 impl Stripe {
@@ -702,19 +717,34 @@ impl Cache {
 
     /// Whether the lookup of a topic hashed `h` goes through the cache: always while on; while
     /// off, if the topic is in the slice of topics sampled now, one in [`SAMPLE`] by hash,
-    /// which moves on every [`SLICE_TURN`] lookups of the thread.
+    /// which moves on every [`SLICE_VISITS`] lookups of the thread per topic held (from
+    /// [`SLICE_TURN`] to [`MAX_SLICE_TURN`]).
     ///
     /// Sampling topics rather than lookups keeps each sampled topic at its own rate of
     /// lookups, the rate it would have with the cache on: an entry that writes beside it keep
     /// revising (`shards.rs`) stays true only while it is read about as often as its shards
     /// are written, so one lookup in 64 of every topic would find its entry lost each time
-    /// and keep the cache off under any writer. A workload of a few hot topics is still
-    /// found: the slice passes over each of them in turn.
+    /// and keep the cache off under any writer. The slice stays long enough for a workload
+    /// that cycles through the table's topics to come back to a sampled topic several times:
+    /// when it moved on every 512 lookups, a cycle of 2,000 topics beside a writer met each
+    /// sampled topic once, stale, and the cache never came back on. A workload of a few hot
+    /// topics is still found: the slice passes over each of them in turn.
     fn admits(&self, stripe: &Stripe, h: u64) -> bool {
         if self.mode.load(Relaxed) == ON {
             return true;
         }
-        let slice = Stripe::bump(&stripe.ticks) / SLICE_TURN % SAMPLE;
+        let tick = Stripe::bump(&stripe.ticks);
+        let mut slice = stripe.slice.load(Relaxed);
+        // Past the slice's end (wrapping): the next slice, for as long as the table now asks.
+        if tick.wrapping_sub(stripe.slice_ends.load(Relaxed)) as i32 >= 0 {
+            let held = u32::try_from(self.topics.load(Relaxed)).unwrap_or(u32::MAX);
+            let turn = held
+                .saturating_mul(SLICE_VISITS)
+                .clamp(SLICE_TURN, MAX_SLICE_TURN);
+            slice = (slice + 1) % SAMPLE;
+            stripe.slice.store(slice, Relaxed);
+            stripe.slice_ends.store(tick.wrapping_add(turn), Relaxed);
+        }
         // Bits the set index (high) and the doorkeeper (low) do not lean on.
         (h >> 24) as u32 % SAMPLE == slice
     }
@@ -1870,6 +1900,17 @@ mod tests {
         }
     }
 
+    /// [`answering`] `topics` topics, after `hot` passes of hits and then four passes each
+    /// after writes that left four entries in five stale.
+    fn turned_off(topics: usize, hot: usize) -> Cached<Trie> {
+        let m = answering(topics);
+        passes_after(&m, topics, hot, |_| {});
+        for _ in 0..4 {
+            passes_after(&m, topics, 1, |m| stale_four_in_five(m, topics));
+        }
+        m
+    }
+
     #[test]
     fn bursts_of_stale_entries_between_runs_of_hits_keep_the_cache_on() {
         // Each burst of writes leaves the next pass, two windows, four fifths misses; the
@@ -1890,14 +1931,36 @@ mod tests {
     fn entries_that_die_before_they_pay_still_turn_the_cache_off() {
         // Every pass finds four entries in five stale: a hit for four stores charged, far
         // under `STORE_COST`, which turns the cache off however long the run of hits before.
-        let topics = 2 * WINDOW as usize;
-        let m = answering(topics);
-        passes_after(&m, topics, 16, |_| {});
-        for _ in 0..4 {
-            passes_after(&m, topics, 1, |m| stale_four_in_five(m, topics));
-        }
-        let s = m.cache_stats();
+        let s = turned_off(2 * WINDOW as usize, 16).cache_stats();
         assert!(!s.admitting, "{s:?}");
+    }
+
+    #[test]
+    fn the_cache_comes_back_on_once_writes_calm_down_on_a_long_cycle() {
+        // A cycle of 2,048 topics, four windows a pass. Writes that leave four entries in
+        // five stale before every pass turn the cache off; then writes that change one
+        // topic in twenty a pass leave it paying (19 hits per store), and sampling must see
+        // that: a sampled topic has to come back while its slice is still sampled.
+        let topics = 4 * WINDOW as usize;
+        let m = turned_off(topics, 4);
+        assert!(!m.cache_stats().admitting, "{:?}", m.cache_stats());
+        // A different twentieth each pass.
+        let pass = std::cell::Cell::new(0);
+        let one_in_twenty = |m: &Cached<Trie>| {
+            pass.set(pass.get() + 1);
+            for i in (pass.get() % 20..topics).step_by(20) {
+                let pattern = format!("t.{i}.*");
+                m.subscribe_str(&pattern, 1 << 20).unwrap();
+                m.unsubscribe_str(&pattern, 1 << 20).unwrap();
+            }
+        };
+        for _ in 0..64 {
+            passes_after(&m, topics, 1, one_in_twenty);
+        }
+        let hits = passes_after(&m, topics, 4, one_in_twenty);
+        let s = m.cache_stats();
+        assert!(s.admitting, "{s:?}");
+        assert!(hits >= 3 * topics as u64, "{hits} hits: {s:?}");
     }
 
     #[test]
