@@ -803,8 +803,10 @@ impl Cache {
             c - c / STORE_MEMORY
         };
         let hits_due = hits.saturating_add(fade(&stripe.carried_hits));
-        let stores_due =
-            (stripe.window_stores.load(Relaxed)).saturating_add(fade(&stripe.carried_stores));
+        let stores_due = stripe
+            .window_stores
+            .load(Relaxed)
+            .saturating_add(fade(&stripe.carried_stores));
         let paid = graced || hits_due >= STORE_COST.saturating_mul(stores_due);
         if mode == ON && !paid {
             // Entries die before they pay (writes, or more hot topics than the table holds):
@@ -1890,13 +1892,18 @@ mod tests {
         m
     }
 
-    /// Writes that change the answers of four topics in five, all at once: a pattern that
-    /// matches each such topic alone, subscribed and unsubscribed.
+    /// Two writes that change the answer of topic `t.<i>.x` alone: a pattern that matches it,
+    /// subscribed and unsubscribed.
+    fn rewrite(m: &Cached<Trie>, i: usize) {
+        let pattern = format!("t.{i}.*");
+        m.subscribe_str(&pattern, 1 << 20).unwrap();
+        m.unsubscribe_str(&pattern, 1 << 20).unwrap();
+    }
+
+    /// Writes that change the answers of four topics in five, all at once.
     fn stale_four_in_five(m: &Cached<Trie>, topics: usize) {
         for i in (0..topics).filter(|i| i % 5 != 0) {
-            let pattern = format!("t.{i}.*");
-            m.subscribe_str(&pattern, 1 << 20).unwrap();
-            m.unsubscribe_str(&pattern, 1 << 20).unwrap();
+            rewrite(m, i);
         }
     }
 
@@ -1949,9 +1956,7 @@ mod tests {
         let one_in_twenty = |m: &Cached<Trie>| {
             pass.set(pass.get() + 1);
             for i in (pass.get() % 20..topics).step_by(20) {
-                let pattern = format!("t.{i}.*");
-                m.subscribe_str(&pattern, 1 << 20).unwrap();
-                m.unsubscribe_str(&pattern, 1 << 20).unwrap();
+                rewrite(m, i);
             }
         };
         for _ in 0..64 {
