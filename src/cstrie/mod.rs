@@ -262,16 +262,17 @@ impl CSTrie {
         'restart: loop {
             let root = self.rdcss_read_root(false, guard);
             let startgen = root.gen;
-            let mut i = root;
             // The parent of `i` (its key in it is `keys[depth - 1]`): only a tomb asks for it,
             // so the walk keeps the pointer alone.
-            let mut parent: Option<&INode> = None;
-            let mut depth = 0;
+            let (mut i, m, mut parent, mut depth) = self.descend(root, keys, guard);
+            // The main node the descent read last, used once: the loop reads afresh after.
+            let mut read = Some(m);
             loop {
-                let m = self.gcas_read(i, guard);
+                let m = read.take().unwrap_or_else(|| self.gcas_read(i, guard));
                 let Some(cn) = Self::cnode(m) else {
                     // 0) a tomb: clean the parent, then start over
                     if let Some(p) = parent {
+                        guard.begin();
                         self.clean(p, keys[depth - 1].key(), i, depth == 1, guard);
                     }
                     continue 'restart;
@@ -284,6 +285,7 @@ impl CSTrie {
                     let mut new = cn.clone();
                     new.here = cn.here.insert(id);
                     self.count_pair(id, &mut counted);
+                    guard.begin();
                     if self.gcas(
                         i,
                         m,
@@ -311,6 +313,7 @@ impl CSTrie {
                     };
                     let (ncn, moves) = cn.with(key, nb);
                     self.count_pair(id, &mut counted);
+                    guard.begin();
                     if self.gcas(i, m, MainNode::new(Main::C(ncn)), moves, guard) {
                         return true;
                     }
@@ -325,6 +328,7 @@ impl CSTrie {
                     }
                     // 3b) an older generation's I-node: copy it into ours, then read `i` again
                     Some(_) => {
+                        guard.begin();
                         if !self.renew(i, m, key, startgen, guard) {
                             continue 'restart;
                         }
@@ -337,6 +341,7 @@ impl CSTrie {
                         };
                         let (ncn, moves) = cn.with(key, nb);
                         self.count_pair(id, &mut counted);
+                        guard.begin();
                         if self.gcas(i, m, MainNode::new(Main::C(ncn)), moves, guard) {
                             return true;
                         }
@@ -344,6 +349,40 @@ impl CSTrie {
                     }
                 }
             }
+        }
+    }
+
+    /// The walk down a write's path from `root` while it meets nothing but C-nodes of its
+    /// generation with a level below for the next key: the I-node of the last key's level,
+    /// or of the first level where `insert` has more to do, with its main node as read there,
+    /// its parent and its depth. Each step is `insert`'s case 3a, with the same reads.
+    ///
+    /// Why a loop of its own: the same steps inside `insert`'s loop, among its other cases,
+    /// made a subscribe of a pair already there a fifth slower than `holds`' walk over the
+    /// same levels, with as many instructions (the word map's loads waited longer there).
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    fn descend<'g, K: AsKey>(
+        &self,
+        root: &'g INode,
+        keys: &[K],
+        guard: &'g Guard,
+    ) -> (&'g INode, Shared<'g, MainNode>, Option<&'g INode>, usize) {
+        let (mut i, mut parent) = (root, None);
+        let mut depth = 0;
+        loop {
+            let m = self.gcas_read(i, guard);
+            let next = Self::cnode(m)
+                .filter(|_| depth + 1 < keys.len())
+                .and_then(|cn| cn.get(keys[depth].key()))
+                .and_then(|b| b.next.as_deref())
+                .filter(|x| x.gen == root.gen);
+            let Some(x) = next else {
+                return (i, m, parent, depth);
+            };
+            parent = Some(i);
+            i = x;
+            depth += 1;
         }
     }
 
@@ -365,6 +404,8 @@ impl CSTrie {
     /// remove (figure 3), as a loop: `true` if the pair was there.
     fn remove<K: AsKey>(&self, keys: &[K], id: SubscriberId) -> bool {
         let guard = &self.pin_for_write();
+        // Begun at once: a remove of a pair not there is rare enough not to count.
+        guard.begin();
         // The I-nodes above the current one, with the key taken out of each.
         let mut path: Vec<(&INode, Key<'_>)> = Vec::new();
         'restart: loop {

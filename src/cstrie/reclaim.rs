@@ -245,21 +245,41 @@ std::thread_local! {
 #[cfg(not(loom))]
 const FLUSH_EVERY: u32 = 16;
 
-/// A write in progress on this thread, pinned: [`retire`] keeps what the write retires for
-/// this thread to free. Every [`FLUSH_EVERY`] outermost writes that retired a node, dropping
-/// one seals the thread's open batch, flushes it to the collector, and frees the thread's
-/// ready batches.
+/// A write in progress on this thread, pinned: once it has [begun](Writing::begin) to
+/// change the trie, [`retire`] keeps what it retires for this thread to free. Every
+/// [`FLUSH_EVERY`] outermost writes that retired a node, dropping one seals the thread's open
+/// batch, flushes it to the collector, and frees the thread's ready batches.
 /// Under loom it is only the guard: the models count on the collector's own schedule.
 pub(super) struct Writing {
     guard: crossbeam_epoch::Guard,
+    /// Whether this write counts in [`DEPTH`]. A write that finds its pair already there never
+    /// begins, and its end is the guard's alone.
+    #[cfg(not(loom))]
+    begun: Cell<bool>,
 }
 
 impl Writing {
     /// Starts a write under `guard`.
     pub(super) fn start(guard: crossbeam_epoch::Guard) -> Writing {
+        Writing {
+            guard,
+            #[cfg(not(loom))]
+            begun: Cell::new(false),
+        }
+    }
+
+    /// Marks the write as one that may retire nodes: called before each attempt to change the
+    /// trie (a GCAS, a renewal, a clean-up), so that what it retires goes to this thread's
+    /// batch. Until then a node retired by helping another write's GCAS goes to the collector,
+    /// as a lookup's does. Why lazy: a subscribe of a pair already there changes nothing, and
+    /// the count's increment, decrement and check of [`KEPT`] were about a tenth of its
+    /// instructions.
+    #[inline]
+    pub(super) fn begin(&self) {
         #[cfg(not(loom))]
-        DEPTH.with(|d| d.set(d.get() + 1));
-        Writing { guard }
+        if !self.begun.replace(true) {
+            DEPTH.with(|d| d.set(d.get() + 1));
+        }
     }
 }
 
@@ -274,6 +294,9 @@ impl std::ops::Deref for Writing {
 #[cfg(not(loom))]
 impl Drop for Writing {
     fn drop(&mut self) {
+        if !self.begun.get() {
+            return;
+        }
         let depth = DEPTH.with(|d| {
             d.set(d.get() - 1);
             d.get()
