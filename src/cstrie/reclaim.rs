@@ -437,3 +437,33 @@ mod loom_tests {
         });
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A write that never begins (a subscribe of a pair already there) leaves its thread's
+    /// count as it found it; one that begins, nested or not and however often, gives its
+    /// count back when it ends.
+    #[test]
+    fn a_write_counts_on_its_thread_only_once_begun() {
+        let depth = || DEPTH.with(Cell::get);
+        assert_eq!(depth(), 0);
+        drop(Writing::start(crossbeam_epoch::pin()));
+        assert_eq!(depth(), 0);
+        {
+            let outer = Writing::start(crossbeam_epoch::pin());
+            assert_eq!(depth(), 0);
+            outer.begin();
+            outer.begin();
+            assert_eq!(depth(), 1);
+            {
+                let inner = Writing::start(crossbeam_epoch::pin());
+                inner.begin();
+                assert_eq!(depth(), 2);
+            }
+            assert_eq!(depth(), 1);
+        }
+        assert_eq!(depth(), 0);
+    }
+}
