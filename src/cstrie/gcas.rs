@@ -23,7 +23,7 @@ use crossbeam_epoch::{Guard, Owned, Shared};
 
 use super::cnode::WordMoves;
 use super::inode::{INode, MainNode, FAILED};
-use super::reclaim::retire;
+use super::reclaim::{retire, Writing};
 use super::CSTrie;
 
 impl CSTrie {
@@ -34,15 +34,18 @@ impl CSTrie {
     /// can unpin. Pass `WordMoves::default()` for a `new` made otherwise.
     ///
     /// Caller holds a pinned `guard`, and `old` was read from `inode` under it with
-    /// [`gcas_read`](Self::gcas_read), so it is committed.
+    /// [`gcas_read`](Self::gcas_read), so it is committed. The write [begins](Writing::begin)
+    /// here, at its first GCAS: what it retires from now on is its thread's to free.
     pub(super) fn gcas<'g>(
         &self,
         inode: &'g INode,
         old: Shared<'g, MainNode>,
         new: MainNode,
         moves: WordMoves,
-        guard: &'g Guard,
+        writing: &'g Writing,
     ) -> bool {
+        writing.begin();
+        let guard: &'g Guard = writing;
         let new = Owned::new(new);
         // Not yet published: the CAS below (release) publishes this store with the node.
         new.prev.store(old, Relaxed);

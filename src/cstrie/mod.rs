@@ -215,7 +215,7 @@ impl CSTrie {
         pm: Shared<'g, MainNode>,
         key: Key<'_>,
         gen: Gen,
-        guard: &'g Guard,
+        guard: &'g Writing,
     ) -> bool {
         let cn = Self::cnode(pm).expect("renewing below a C-node");
         let branch = cn.get(key).expect("renewing an existing branch");
@@ -272,7 +272,6 @@ impl CSTrie {
                 let Some(cn) = Self::cnode(m) else {
                     // 0) a tomb: clean the parent, then start over
                     if let Some(p) = parent {
-                        guard.begin();
                         self.clean(p, keys[depth - 1].key(), i, depth == 1, guard);
                     }
                     continue 'restart;
@@ -285,7 +284,6 @@ impl CSTrie {
                     let mut new = cn.clone();
                     new.here = cn.here.insert(id);
                     self.count_pair(id, &mut counted);
-                    guard.begin();
                     if self.gcas(
                         i,
                         m,
@@ -313,7 +311,6 @@ impl CSTrie {
                     };
                     let (ncn, moves) = cn.with(key, nb);
                     self.count_pair(id, &mut counted);
-                    guard.begin();
                     if self.gcas(i, m, MainNode::new(Main::C(ncn)), moves, guard) {
                         return true;
                     }
@@ -328,7 +325,6 @@ impl CSTrie {
                     }
                     // 3b) an older generation's I-node: copy it into ours, then read `i` again
                     Some(_) => {
-                        guard.begin();
                         if !self.renew(i, m, key, startgen, guard) {
                             continue 'restart;
                         }
@@ -341,7 +337,6 @@ impl CSTrie {
                         };
                         let (ncn, moves) = cn.with(key, nb);
                         self.count_pair(id, &mut counted);
-                        guard.begin();
                         if self.gcas(i, m, MainNode::new(Main::C(ncn)), moves, guard) {
                             return true;
                         }
@@ -404,8 +399,6 @@ impl CSTrie {
     /// remove (figure 3), as a loop: `true` if the pair was there.
     fn remove<K: AsKey>(&self, keys: &[K], id: SubscriberId) -> bool {
         let guard = &self.pin_for_write();
-        // Begun at once: a remove of a pair not there is rare enough not to count.
-        guard.begin();
         // The I-nodes above the current one, with the key taken out of each.
         let mut path: Vec<(&INode, Key<'_>)> = Vec::new();
         'restart: loop {
@@ -531,7 +524,7 @@ impl CSTrie {
         key: Key<'_>,
         tombed: &INode,
         parent_is_root: bool,
-        guard: &'g Guard,
+        guard: &'g Writing,
     ) -> bool {
         loop {
             let pm = self.gcas_read(parent, guard);

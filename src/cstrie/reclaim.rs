@@ -268,11 +268,11 @@ impl Writing {
         }
     }
 
-    /// Marks the write as one that may retire nodes: called before each attempt to change the
-    /// trie (a GCAS, a renewal, a clean-up), so that what it retires goes to this thread's
-    /// batch. Until then a node retired by helping another write's GCAS goes to the collector,
-    /// as a lookup's does. Why lazy: a subscribe of a pair already there changes nothing, and
-    /// the count's increment, decrement and check of [`KEPT`] were about a tenth of its
+    /// Marks the write as one that may retire nodes: called by each of its GCASes, whose
+    /// commits retire the nodes they replace, so that those go to this thread's batch. Until
+    /// then a node retired by helping another write's GCAS goes to the collector, as a
+    /// lookup's does. Why lazy: a subscribe of a pair already there changes nothing, and the
+    /// count's increment, decrement and check of [`KEPT`] were about a tenth of its
     /// instructions.
     #[inline]
     pub(super) fn begin(&self) {
